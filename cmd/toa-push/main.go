@@ -1,0 +1,24 @@
+// Command toa-push builds every image of a Toa application, pushes what the registry lacks and
+// writes the application's Kubernetes manifests as a kustomization.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/toa-deploy/toa-deploy/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := cli.Logger(os.Stderr, false)
+	cmd := &pushCommand{}
+	if err := cli.Parse(cmd, "toa-push", "Build and push the images of a Toa application, and write its kustomization.", os.Args[1:], os.Stdout); err != nil {
+		cli.Exit(log, err)
+	}
+	log = cli.Logger(os.Stderr, cmd.Verbose)
+	cli.Exit(log, cmd.Run(ctx, log))
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// planJSON is the plan as programs read it (`-o json`).
+type planJSON struct {
+	Context     string      `json:"context"`
+	Environment string      `json:"environment"`
+	Runtime     string      `json:"runtime"`
+	Images      []imageJSON `json:"images"`
+	Warnings    []string    `json:"warnings"`
+}
+
+type imageJSON struct {
+	Name         string          `json:"name"`
+	Repository   string          `json:"repository"`
+	Reference    string          `json:"reference,omitempty"`
+	Tag          string          `json:"tag,omitempty"`
+	Dependencies string          `json:"dependencies,omitempty"`
+	Base         baseJSON        `json:"base"`
+	Platforms    []string        `json:"platforms"`
+	Components   []componentJSON `json:"components"`
+	Unresolved   string          `json:"unresolved,omitempty"`
+}
+
+type baseJSON struct {
+	Reference string `json:"reference"`
+	From      string `json:"from"`
+}
+
+type componentJSON struct {
+	ID       string `json:"id"`
+	Label    string `json:"label"`
+	Version  string `json:"version"`
+	Declared bool   `json:"versionDeclared"`
+}
+
+func writePlanJSON(w io.Writer, app *toa.Application, plan *image.Plan) error {
+	out := planJSON{Context: app.Name, Environment: app.Environment, Runtime: app.Runtime.Version,
+		Images: []imageJSON{}, Warnings: append(append([]string{}, app.Warnings...), plan.Warnings...)}
+	for _, img := range plan.Images {
+		j := imageJSON{Name: img.Name, Repository: img.Repository, Reference: img.Reference(), Tag: img.Tag,
+			Dependencies: img.DepsReference(), Base: baseJSON{img.Base, img.BaseFrom}, Platforms: img.Platforms,
+			Unresolved: img.Unresolved}
+		for _, c := range img.Components {
+			j.Components = append(j.Components, componentJSON{c.Locator.ID, c.Locator.Label, c.Version, c.VersionDeclared})
+		}
+		out.Images = append(out.Images, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writePlanText(w io.Writer, app *toa.Application, plan *image.Plan) error {
+	env := app.Environment
+	if env == "" {
+		env = "none"
+	}
+	fmt.Fprintf(w, "context %s, environment %s, runtime %s\n", app.Name, env, app.Runtime.Version)
+	for _, img := range plan.Images {
+		fmt.Fprintf(w, "\n%s\n", img.Name)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		ref, deps := img.Reference(), img.DepsReference()
+		if ref == "" {
+			ref, deps = img.Repository+":(unresolved)", img.Repository+":deps-(unresolved)"
+		}
+		fmt.Fprintf(tw, "  image\t%s\n", ref)
+		fmt.Fprintf(tw, "  dependencies\t%s\n", deps)
+		fmt.Fprintf(tw, "  base\t%s (%s)\n", img.Base, img.BaseFrom)
+		fmt.Fprintf(tw, "  platforms\t%s\n", strings.Join(img.Platforms, ", "))
+		for i, c := range img.Components {
+			head := ""
+			if i == 0 {
+				head = "components"
+			}
+			version := c.Version
+			if c.VersionDeclared {
+				version += " (declared)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", head, c.Locator.ID, c.Locator.Label, version)
+		}
+		if img.Unresolved != "" {
+			fmt.Fprintf(tw, "  unresolved\t%s\n", img.Unresolved)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

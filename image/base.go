@@ -1,0 +1,160 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// Base is a base image resolved to a digest per platform. Resolving reads manifests only.
+type Base struct {
+	Ref       string
+	Digest    string            // of the index, or of the single manifest
+	Platforms map[string]string // "linux/amd64" → manifest digest
+	Err       error             // why it could not be resolved
+}
+
+// Pairs spells the (platform, digest) pairs of the given platforms, sorted: what the dependencies
+// hash holds instead of the base's name, so that a mirror or a retag gives the same tags.
+func (b *Base) Pairs(platforms []string) string {
+	pairs := make([]string, 0, len(platforms))
+	for _, p := range platforms {
+		pairs = append(pairs, p+"="+b.Platforms[p])
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
+// Has reports whether the base has an image for platform.
+func (b *Base) Has(platform string) bool {
+	_, ok := b.Platforms[platform]
+	return ok
+}
+
+// Select returns the application's platforms that this base can serve. A platform the context
+// names and the base lacks is refused; one it only defaulted to is left out with a warning.
+func (b *Base) Select(app *toa.Application, warnings *[]string) ([]string, error) {
+	var out []string
+	for _, p := range app.Registry.Platforms {
+		if b.Has(p) {
+			out = append(out, p)
+			continue
+		}
+		if app.Registry.PlatformsDefaulted {
+			*warnings = append(*warnings, fmt.Sprintf("the base %s has no %s image: %s is left out (name registry.platforms to choose)", b.Ref, p, p))
+			continue
+		}
+		return nil, &toa.Error{File: app.File, Key: "registry.platforms",
+			Message: fmt.Sprintf("names %s, and the base %s has no image for it (it has %s)", p, b.Ref, strings.Join(b.platformList(), ", ")),
+			Hint:    "remove it from registry.platforms, or choose a base that has it"}
+	}
+	if len(out) == 0 {
+		return nil, &toa.Error{File: app.File, Key: "registry.platforms",
+			Message: fmt.Sprintf("none of %s is served by the base %s (it has %s)", strings.Join(app.Registry.Platforms, ", "), b.Ref, strings.Join(b.platformList(), ", ")),
+			Hint:    "name platforms the base has, or choose another base"}
+	}
+	return out, nil
+}
+
+func (b *Base) platformList() []string {
+	var list []string
+	for p := range b.Platforms {
+		list = append(list, p)
+	}
+	sort.Strings(list)
+	return list
+}
+
+// Platform spells a v1.Platform as Toa's registry.platforms does: os/arch[/variant], with
+// arm64's v8 left out since linux/arm64 means it.
+func Platform(p *v1.Platform) string {
+	if p == nil {
+		return ""
+	}
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" && !(p.Architecture == "arm64" && p.Variant == "v8") {
+		s += "/" + p.Variant
+	}
+	return s
+}
+
+// ResolveBase reads a base's manifest, or its index and nothing more, into its per-platform
+// digests. The error, if any, is kept in the result: a plan can go on without it.
+func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
+	b := &Base{Ref: ref, Platforms: map[string]string{}}
+	r, err := reg.Reference(ref)
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	desc, err := remote.Get(r, reg.Options(ctx)...)
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	b.Digest = desc.Digest.String()
+	if desc.MediaType.IsIndex() {
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			b.Err = err
+			return b
+		}
+		m, err := idx.IndexManifest()
+		if err != nil {
+			b.Err = fmt.Errorf("read the index of %s: %w", ref, err)
+			return b
+		}
+		for _, d := range m.Manifests {
+			if d.Platform == nil || d.Platform.OS == "unknown" { // attestations
+				continue
+			}
+			p := Platform(d.Platform)
+			if _, seen := b.Platforms[p]; !seen {
+				b.Platforms[p] = d.Digest.String()
+			}
+		}
+		return b
+	}
+	img, err := desc.Image()
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		b.Err = fmt.Errorf("read the config of %s: %w", ref, err)
+		return b
+	}
+	b.Platforms[Platform(cfg.Platform())] = desc.Digest.String()
+	return b
+}
+
+// Bases lists the distinct bases the application's images stand on, in order.
+func Bases(app *toa.Application, mono bool) ([]string, error) {
+	us, err := units(app, mono)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, u := range us {
+		if indexOfString(refs, u.base) < 0 {
+			refs = append(refs, u.base)
+		}
+	}
+	return refs, nil
+}
+
+func indexOfString(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,254 @@
+// Package image turns a Toa application into images: it names them (content-addressed tags as
+// Toa computes them), resolves their bases, and builds, probes and pushes them. Planning is a
+// pure function of the application and the resolved bases; everything that touches a registry
+// takes a context and options.
+package image
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// DefaultBase is the base of every image whose context names none: Toa's runtime image.
+const DefaultBase = "ghcr.io/toa-io/runtime"
+
+// PlanOptions are the inputs of a plan besides the application.
+type PlanOptions struct {
+	Mono      bool
+	Toolchain layer.Toolchain
+	// Bases are the resolved bases by reference. A base missing here, or with an error, leaves
+	// the tags of the images on it unresolved.
+	Bases map[string]*Base
+}
+
+// Plan is every image a push of the application makes.
+type Plan struct {
+	Images   []*Image
+	Warnings []string
+}
+
+// Image is one workload's image: a composition's, or mono's.
+type Image struct {
+	Name        string // "composition-edge" or "mono"
+	Repository  string // "<registry.base>/<context>/<name>"
+	Composition *toa.Composition // nil for mono
+	Components  []*toa.Component
+	Base        string // the base's reference
+	BaseFrom    string // where the base came from, for the user
+	Run         string // the components' build.run lines
+	Platforms   []string
+
+	DepsTag    string // "deps-<hash>", or "" while unresolved
+	Version    string // the image version Toa hashes into the tag, or ""
+	Tag        string // the 8-hex tag, or "" while unresolved
+	Unresolved string // why the tags are not known yet
+}
+
+// Reference returns the image's reference with its tag, or "" while it is unresolved.
+func (i *Image) Reference() string {
+	if i.Tag == "" {
+		return ""
+	}
+	return i.Repository + ":" + i.Tag
+}
+
+// DepsReference returns the dependencies image's reference, or "" while it is unresolved.
+func (i *Image) DepsReference() string {
+	if i.DepsTag == "" {
+		return ""
+	}
+	return i.Repository + ":" + i.DepsTag
+}
+
+// Workload is the name of the image's Deployment: "composition-<name>" or "mono".
+func (i *Image) Workload() string { return i.Name }
+
+// NewPlan names every image of the application. It reads the components' package.json and
+// package-lock.json, which the dependencies hash covers, and nothing else.
+func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
+	p := &Plan{}
+	units, err := units(app, opts.Mono)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range units {
+		img := &Image{
+			Name:        u.name,
+			Repository:  path.Join(app.Registry.Base, app.Name, u.name),
+			Composition: u.composition,
+			Components:  u.components,
+			Base:        u.base,
+			BaseFrom:    u.baseFrom,
+			Run:         u.run,
+		}
+		if err := img.resolve(app, opts, &p.Warnings); err != nil {
+			return nil, err
+		}
+		p.Images = append(p.Images, img)
+	}
+	return p, nil
+}
+
+type unit struct {
+	name        string
+	composition *toa.Composition
+	components  []*toa.Component
+	base        string
+	baseFrom    string
+	run         string
+}
+
+func units(app *toa.Application, mono bool) ([]unit, error) {
+	if mono {
+		u := unit{name: "mono", components: app.Components}
+		if err := u.chooseBase(app, "", "Mono deployment"); err != nil {
+			return nil, err
+		}
+		return []unit{u}, nil
+	}
+	var out []unit
+	for _, c := range app.Compositions {
+		u := unit{name: "composition-" + c.Name, composition: c, components: c.Components}
+		if err := u.chooseBase(app, c.Image, fmt.Sprintf("Composition '%s'", c.Name)); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// chooseBase picks the base as Toa 289 does: the composition's image, else its components' one
+// build.image (no image counts as a value, so some with and some without is a conflict), else
+// registry.build.image, else the runtime image of the context's runtime version.
+func (u *unit) chooseBase(app *toa.Application, declared, subject string) error {
+	var runs []string
+	for _, c := range u.components {
+		if c.Build.Run != "" {
+			runs = append(runs, c.Build.Run)
+		}
+	}
+	u.run = strings.Join(runs, "\n")
+	if declared != "" {
+		u.base, u.baseFrom = declared, "the composition's image"
+		return nil
+	}
+	images := map[string]bool{}
+	for _, c := range u.components {
+		images[c.Build.Image] = true
+	}
+	if len(images) > 1 {
+		return &toa.Error{File: app.File, Key: "compositions",
+			Message: subject + " requires different base images for its components. Specify base image for the composition in the context.",
+			Hint:    "components " + describeImages(u.components)}
+	}
+	for image := range images {
+		if image != "" {
+			u.base, u.baseFrom = image, "its components' build.image"
+			return nil
+		}
+	}
+	if app.Registry.Build.Image != "" {
+		u.base, u.baseFrom = app.Registry.Build.Image, "registry.build.image"
+		return nil
+	}
+	u.base, u.baseFrom = DefaultBase+":"+app.Runtime.Version, "Toa's runtime image"
+	return nil
+}
+
+func describeImages(components []*toa.Component) string {
+	var parts []string
+	for _, c := range components {
+		image := c.Build.Image
+		if image == "" {
+			image = "(none)"
+		}
+		parts = append(parts, c.Locator.ID+": "+image)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// resolve computes the tags, or says why they cannot be computed yet.
+func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]string) error {
+	base := opts.Bases[img.Base]
+	if base == nil {
+		img.Platforms = app.Registry.Platforms
+		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
+		return nil
+	}
+	if base.Err != nil {
+		img.Platforms = app.Registry.Platforms
+		img.Unresolved = fmt.Sprintf("the base %s could not be resolved: %v", img.Base, base.Err)
+		return nil
+	}
+	platforms, err := base.Select(app, warnings)
+	if err != nil {
+		return err
+	}
+	img.Platforms = platforms
+	hash, err := depsHash(app, img, base, opts.Toolchain)
+	if err != nil {
+		return err
+	}
+	img.DepsTag = "deps-" + hash
+	img.Version = imageVersion(img.Components, hash)
+	img.Tag = Tag(app.Runtime.Version, img.Version)
+	return nil
+}
+
+// Tag is Toa's image tag: the first 8 hex digits of sha256(runtime version ‖ image version).
+func Tag(runtimeVersion, imageVersion string) string {
+	h := sha256.Sum256([]byte(runtimeVersion + imageVersion))
+	return hex.EncodeToString(h[:])[:8]
+}
+
+// imageVersion is Toa 289's bundle version: each component's id and version in order, then the
+// dependencies version, since the same sources over other dependencies are another image.
+func imageVersion(components []*toa.Component, depsVersion string) string {
+	h := sha256.New()
+	for _, c := range components {
+		io.WriteString(h, c.Locator.ID)
+		io.WriteString(h, c.Version)
+	}
+	io.WriteString(h, depsVersion)
+	return hex.EncodeToString(h.Sum(nil))[:8]
+}
+
+// depsHash covers everything the install reads: Toa 289's inputs with the base's name replaced by
+// the digests of the platforms built, and the runner's node and npm versions.
+func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchain) (string, error) {
+	h := sha256.New()
+	inputs := []string{app.Runtime.Version, app.Runtime.Registry, app.Runtime.Proxy,
+		base.Pairs(img.Platforms), app.Registry.Build.Image, app.Registry.Build.Run, img.Run}
+	inputs = append(inputs, app.Registry.Build.Arguments...)
+	inputs = append(inputs, "node "+tools.Node, "npm "+tools.Npm)
+	for _, in := range inputs {
+		io.WriteString(h, in)
+		h.Write([]byte{0})
+	}
+	components := append([]*toa.Component(nil), img.Components...)
+	sort.SliceStable(components, func(i, j int) bool { return components[i].Locator.Label < components[j].Locator.Label })
+	for _, c := range components {
+		for _, file := range []string{c.PackageJSON, c.PackageLock} {
+			if file == "" {
+				continue
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				return "", fmt.Errorf("read %s: %w", file, err)
+			}
+			io.WriteString(h, c.Locator.Label)
+			io.WriteString(h, path.Base(file))
+			h.Write(data)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:8], nil
+}

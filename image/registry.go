@@ -1,0 +1,121 @@
+package image
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registries is how toa-push talks to registries: credentials from Docker's config and credential
+// helpers, and the transport that --insecure and --ca-file shape. Loopback registries speak plain
+// HTTP without --insecure, as in go-containerregistry.
+type Registries struct {
+	insecure  bool
+	transport http.RoundTripper
+	keychain  authn.Keychain
+}
+
+// RegistryOption tunes Registries.
+type RegistryOption func(*registryConfig)
+
+type registryConfig struct {
+	insecure  bool
+	caFile    string
+	keychain  authn.Keychain
+	transport http.RoundTripper
+}
+
+// WithInsecure allows plain HTTP and certificates that do not verify.
+func WithInsecure(insecure bool) RegistryOption {
+	return func(c *registryConfig) { c.insecure = insecure }
+}
+
+// WithCAFile trusts the CA certificates in file besides the system's.
+func WithCAFile(file string) RegistryOption { return func(c *registryConfig) { c.caFile = file } }
+
+// WithKeychain replaces Docker's keychain.
+func WithKeychain(k authn.Keychain) RegistryOption { return func(c *registryConfig) { c.keychain = k } }
+
+// WithTransport wraps the transport, to count requests in tests and benchmarks.
+func WithTransport(wrap func(http.RoundTripper) http.RoundTripper) RegistryOption {
+	return func(c *registryConfig) { c.transport = wrap(c.transport) }
+}
+
+// NewRegistries builds the registry access of one run.
+func NewRegistries(opts ...RegistryOption) (*Registries, error) {
+	cfg := &registryConfig{keychain: authn.DefaultKeychain}
+	base, err := baseTransport(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.transport = base
+	for _, o := range opts {
+		o(cfg) // again, so that WithTransport wraps the finished base
+	}
+	return &Registries{insecure: cfg.insecure, transport: cfg.transport, keychain: cfg.keychain}, nil
+}
+
+func baseTransport(cfg *registryConfig, opts []RegistryOption) (http.RoundTripper, error) {
+	probe := &registryConfig{transport: http.DefaultTransport}
+	for _, o := range opts {
+		o(probe)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// an unreachable host must fail in seconds, not after the kernel's minutes
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.TLSHandshakeTimeout = 10 * time.Second
+	t.ResponseHeaderTimeout = 60 * time.Second
+	t.MaxIdleConnsPerHost = 16
+	if probe.caFile == "" && !probe.insecure {
+		return t, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if probe.caFile != "" {
+		pem, err := os.ReadFile(probe.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --ca-file %s: %w", probe.caFile, err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", probe.caFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	tlsConfig.InsecureSkipVerify = probe.insecure // the user asked for it with --insecure
+	t.TLSClientConfig = tlsConfig
+	return t, nil
+}
+
+// Reference parses an image reference, allowing plain HTTP under --insecure.
+func (r *Registries) Reference(s string) (name.Reference, error) {
+	var opts []name.Option
+	if r.insecure {
+		opts = append(opts, name.Insecure)
+	}
+	ref, err := name.ParseReference(s, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("'%s' is not an image reference: %w", s, err)
+	}
+	return ref, nil
+}
+
+// Options are the go-containerregistry options of every request of this run.
+func (r *Registries) Options(ctx context.Context) []remote.Option {
+	return []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithTransport(r.transport),
+		remote.WithAuthFromKeychain(r.keychain),
+	}
+}

@@ -1,0 +1,284 @@
+package toa
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Component is one component of the application: a folder with a manifest.toa.yaml.
+type Component struct {
+	Path      string // its folder, absolute
+	Manifest  string // its manifest.toa.yaml, absolute
+	Name      string
+	Namespace string
+	Locator   Locator
+
+	// Version is the declared `version`, else a hash of the component's files.
+	Version         string
+	VersionDeclared bool
+
+	Build ComponentBuild
+
+	// Extensions are the manifest's extension sections by package name: `exposition: ...` and
+	// `extensions: {'@toa.io/extensions.exposition': ...}` alike.
+	Extensions []Annotation
+
+	// PackageJSON is the component's package.json, absolute, or "" when it has none: then the
+	// image gets the one Toa declares (see Declared).
+	PackageJSON string
+	// PackageLock is its package-lock.json, or "".
+	PackageLock string
+	// ModuleType is "module" or "commonjs": what the nearest package.json at or above the
+	// component's folder says, as Toa's declare() reads it.
+	ModuleType string
+}
+
+// ComponentBuild is the manifest's `build`: a base image of its own and extra lines to run.
+type ComponentBuild struct {
+	Image string
+	Run   string
+}
+
+// Declared returns the package.json Toa writes into the image for a component without one.
+func (c *Component) Declared() []byte {
+	b, _ := json.MarshalIndent(struct {
+		Name    string `json:"name"`
+		Private bool   `json:"private"`
+		Type    string `json:"type"`
+	}{c.Locator.Label, true, c.ModuleType}, "", "  ")
+	return append(b, '\n')
+}
+
+// Locator names a component in its three spellings.
+type Locator struct {
+	ID        string // "dummies.one": how compositions list it
+	Label     string // "dummies-one": how Kubernetes objects name it
+	Uppercase string // "DUMMIES_ONE": how environment variables name it
+}
+
+// NewLocator spells a component's name and namespace as Toa's Locator does.
+func NewLocator(name, namespace string) Locator {
+	prefix := func(sep string) string {
+		if namespace == "" {
+			return ""
+		}
+		return namespace + sep
+	}
+	return Locator{
+		ID:        prefix(".") + name,
+		Label:     strings.ToLower(prefix("-") + name),
+		Uppercase: strings.ToUpper(prefix("_") + name),
+	}
+}
+
+var (
+	componentNamePattern = regexp.MustCompile(`^[a-zA-Z]([a-zA-Z0-9]{1,31})?$`)
+	componentIDPattern   = regexp.MustCompile(`^([a-zA-Z]+([_a-zA-Z0-9]*[a-zA-Z0-9]+)?)(\.([a-zA-Z]+([_a-zA-Z0-9]*[a-zA-Z0-9]+)?))$`)
+)
+
+// manifestExtensionKeys are the top-level manifest keys that are extension sections.
+var manifestExtensionKeys = []string{"exposition", "realtime", "configuration", "state", "stash",
+	"storages", "introspection", "origins", "telemetry"}
+
+const componentNameHint = "a name or namespace is a letter followed by up to 31 letters or digits, like 'orders'"
+
+// loadComponent reads the component in folder dir.
+func loadComponent(dir string) (*Component, error) {
+	path := filepath.Join(dir, "manifest.toa.yaml")
+	root, exists, err := readYAML(path)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, &Error{File: dir, Message: "has no manifest.toa.yaml",
+			Hint: "every folder under components/ is a component: add its manifest.toa.yaml, or move the folder out of components/"}
+	}
+	m := field{file: path, node: root}
+	if _, err := m.mapping(nil, "a manifest is a mapping of keys like name, namespace, operations"); err != nil {
+		return nil, err
+	}
+	c := &Component{Path: dir, Manifest: path}
+	if err := c.readNames(m); err != nil {
+		return nil, err
+	}
+	if err := c.readBuild(m); err != nil {
+		return nil, err
+	}
+	if err := c.readExtensions(m); err != nil {
+		return nil, err
+	}
+	if err := c.readVersion(m); err != nil {
+		return nil, err
+	}
+	if err := c.readPackage(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Component) readNames(m field) error {
+	name, err := m.optStr("name")
+	if err != nil {
+		return err
+	}
+	namespace, err := m.optStr("namespace")
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		// Toa's defaults(): "dummies.one" is name "one" in namespace "dummies"
+		parts := strings.Split(filepath.Base(c.Path), ".")
+		name = parts[len(parts)-1]
+		if namespace == "" && len(parts) > 1 {
+			namespace = parts[len(parts)-2]
+		}
+		if !componentNamePattern.MatchString(name) || (namespace != "" && !componentNamePattern.MatchString(namespace)) {
+			return &Error{File: c.Manifest, Key: "name", Message: fmt.Sprintf(
+				"is not given, and the folder name '%s' is not a valid namespace.name", filepath.Base(c.Path)),
+				Hint: "give `name` (and `namespace`) in the manifest; " + componentNameHint}
+		}
+	}
+	if f, ok := m.child("name"); ok && !componentNamePattern.MatchString(name) {
+		return f.fail(componentNameHint, "'%s' is not a valid component name", name)
+	}
+	if f, ok := m.child("namespace"); ok {
+		if !componentNamePattern.MatchString(namespace) {
+			return f.fail(componentNameHint, "'%s' is not a valid namespace", namespace)
+		}
+		if namespace == "system" {
+			return f.fail("choose another namespace", "'system' is reserved for Toa's own components")
+		}
+	}
+	if namespace == "" {
+		namespace = "default" // as Toa's schema default, and its feature files (default-stash)
+	}
+	c.Name, c.Namespace = name, namespace
+	c.Locator = NewLocator(name, namespace)
+	return nil
+}
+
+func (c *Component) readBuild(m field) error {
+	b, ok := m.child("build")
+	if !ok || b.isNull() {
+		return nil
+	}
+	if _, err := b.mapping([]string{"image", "run"}, ""); err != nil {
+		return err
+	}
+	var err error
+	if c.Build.Image, err = b.optStr("image"); err != nil {
+		return err
+	}
+	c.Build.Run, err = b.optStr("run")
+	return err
+}
+
+func (c *Component) readExtensions(m field) error {
+	for _, key := range manifestExtensionKeys {
+		if f, ok := m.child(key); ok {
+			v, err := f.value()
+			if err != nil {
+				return err
+			}
+			c.Extensions = append(c.Extensions, Annotation{Package: "@toa.io/extensions." + key, Value: v})
+		}
+	}
+	ext, ok := m.child("extensions")
+	if !ok || ext.isNull() {
+		return nil
+	}
+	keys, err := ext.mapping(nil, "`extensions` maps a package name to its section")
+	if err != nil {
+		return err
+	}
+	for _, key := range keys {
+		f, _ := ext.child(key)
+		v, err := f.value()
+		if err != nil {
+			return err
+		}
+		pkg := resolveShortcut(key, extensionShortcut)
+		if c.extension(pkg) != nil {
+			return f.fail("keep one of the two", "repeats the extension %s, also given at the top level", pkg)
+		}
+		c.Extensions = append(c.Extensions, Annotation{Package: pkg, Value: v})
+	}
+	return nil
+}
+
+func (c *Component) extension(pkg string) *Annotation {
+	for i := range c.Extensions {
+		if c.Extensions[i].Package == pkg {
+			return &c.Extensions[i]
+		}
+	}
+	return nil
+}
+
+func (c *Component) readVersion(m field) error {
+	if f, ok := m.child("version"); ok {
+		v, err := f.str()
+		if err != nil {
+			return err
+		}
+		c.Version, c.VersionDeclared = v, true
+		return nil
+	}
+	v, err := HashFiles(c.Path)
+	if err != nil {
+		return fmt.Errorf("hash the files of component %s: %w", c.Locator.ID, err)
+	}
+	c.Version = v
+	return nil
+}
+
+func (c *Component) readPackage() error {
+	for _, f := range []struct {
+		name string
+		into *string
+	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
+		p := filepath.Join(c.Path, f.name)
+		if _, err := os.Stat(p); err == nil {
+			*f.into = p
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+	}
+	t, err := moduleType(c.Path)
+	if err != nil {
+		return err
+	}
+	c.ModuleType = t
+	return nil
+}
+
+// moduleType is Toa's format(): the nearest package.json at or above dir decides whether its
+// .js files are ES modules. The file system's root itself is not looked at, as in Toa.
+func moduleType(dir string) (string, error) {
+	for current := dir; filepath.Dir(current) != current; current = filepath.Dir(current) {
+		p := filepath.Join(current, "package.json")
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", p, err)
+		}
+		var pkg struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(data, &pkg); err != nil {
+			return "", &Error{File: p, Message: "is not valid JSON: " + err.Error()}
+		}
+		if pkg.Type == "module" {
+			return "module", nil
+		}
+		return "commonjs", nil
+	}
+	return "commonjs", nil
+}
