@@ -95,7 +95,18 @@ func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
 		}
 		p.Images = append(p.Images, img)
 	}
+	p.Warnings = unique(p.Warnings) // images on one base share its warnings
 	return p, nil
+}
+
+func unique(list []string) []string {
+	var out []string
+	for _, s := range list {
+		if indexOfString(out, s) < 0 {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 type unit struct {

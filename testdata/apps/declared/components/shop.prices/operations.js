@@ -1,0 +1,3 @@
+'use strict'
+
+exports.transit = async (input) => ({ title: input.title, from: 'prices' })
