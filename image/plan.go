@@ -38,8 +38,8 @@ type Plan struct {
 
 // Image is one workload's image: a composition's, or mono's.
 type Image struct {
-	Name        string // "composition-edge" or "mono"
-	Repository  string // "<registry.base>/<context>/<name>"
+	Name        string           // "composition-edge" or "mono"
+	Repository  string           // "<registry.base>/<context>/<name>"
 	Composition *toa.Composition // nil for mono
 	Components  []*toa.Component
 	Base        string // the base's reference

@@ -23,12 +23,12 @@ func readResourcesField(f field) (*Resources, error) {
 	r := &Resources{}
 	for _, k := range keys {
 		c, _ := f.child(k)
-		pair, err := c.strings(2, false)
+		pair, err := c.strings(0, false, resourcesHint)
 		if err != nil {
 			return nil, err
 		}
 		if len(pair) != 2 {
-			return nil, c.fail(resourcesHint, "must be a pair [request, limit], not %d items", len(pair))
+			return nil, c.fail(resourcesHint, "must be a pair [request, limit], not %d item(s)", len(pair))
 		}
 		p := &Pair{Request: pair[0], Limit: pair[1]}
 		if k == "cpu" {
@@ -85,7 +85,7 @@ func (app *Application) readIngress(ctx field) error {
 	in := &Ingress{}
 	var err error
 	if h, present := f.child("hosts"); present {
-		if in.Hosts, err = h.strings(1, false); err != nil {
+		if in.Hosts, err = h.strings(1, false, "list the host names the ingress serves, like [shop.example.com]"); err != nil {
 			return err
 		}
 	}
@@ -137,7 +137,10 @@ func (app *Application) readAnnotations(ctx field) error {
 		}
 		merged, conflict := mergeValues(prev.value, v)
 		if conflict != "" {
-			return f.fail("keep one of them", "annotates %s again, and disagrees with %s at %s", pkg, prev.where, conflict)
+			if conflict == "its value" {
+				return f.fail("keep one of them", "gives %s another value than %s does", pkg, prev.where)
+			}
+			return f.fail("keep one of them", "gives %s another %s than %s does", pkg, conflict, prev.where)
 		}
 		byPackage[pkg] = source{merged, prev.where}
 		return nil
@@ -223,7 +226,7 @@ func (app *Application) readExtras(ctx field) error {
 		if !present {
 			return f.fail("give `redis: <address>`, or a list of an odd number of them", "needs `redis`")
 		}
-		addresses, err := r.strings(1, true)
+		addresses, err := r.strings(1, true, "give `redis: <address>`, or a list of an odd number of them")
 		if err != nil {
 			return err
 		}
@@ -276,12 +279,12 @@ func (app *Application) readExtras(ctx field) error {
 		}
 	}
 	if f, ok := ctx.child("events"); ok {
-		items, err := f.list(0)
+		items, err := f.list(0, "list events like [orders.orders.created]")
 		if err != nil {
 			return err
 		}
 		for _, it := range items {
-			e, err := it.pattern(eventPattern, "an event is namespace.component.event, like orders.orders.created")
+			e, err := it.pattern(eventPattern, "event", "an event is namespace.component.event, like orders.orders.created")
 			if err != nil {
 				return err
 			}
@@ -298,12 +301,12 @@ func (app *Application) readExtras(ctx field) error {
 		}
 		app.Evicted = &Evicted{}
 		if c, present := f.child("components"); present {
-			items, err := c.list(1)
+			items, err := c.list(1, "list components by id, like [orders.orders]")
 			if err != nil {
 				return err
 			}
 			for _, it := range items {
-				id, err := it.pattern(componentIDPattern, "a component is named namespace.name, like orders.orders")
+				id, err := it.pattern(componentIDPattern, "component id", "a component is named namespace.name, like orders.orders")
 				if err != nil {
 					return err
 				}
@@ -311,7 +314,7 @@ func (app *Application) readExtras(ctx field) error {
 			}
 		}
 		if s, present := f.child("services"); present {
-			if app.Evicted.Services, err = s.strings(1, false); err != nil {
+			if app.Evicted.Services, err = s.strings(1, false, "list services by name, like [exposition-gateway]"); err != nil {
 				return err
 			}
 		}
@@ -389,7 +392,7 @@ func (app *Application) componentFolders(ctx field) ([]string, error) {
 func (app *Application) readCompositions(ctx field) error {
 	f, ok := ctx.child("compositions")
 	if ok {
-		items, err := f.list(1)
+		items, err := f.list(1, "list compositions, like [{name: edge, components: [orders.orders]}], or remove the key to give each component its own")
 		if err != nil {
 			return err
 		}
@@ -430,7 +433,7 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 	if !ok {
 		return nil, f.fail("give it a `name`, like `name: edge`", "a composition needs a name")
 	}
-	name, err := n.pattern(compositionNamePattern, compositionNameHint)
+	name, err := n.pattern(compositionNamePattern, "composition name", compositionNameHint)
 	if err != nil {
 		return nil, err
 	}
@@ -443,12 +446,12 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 		return nil, f.fail("list its components by id, like `components: [orders.orders]`",
 			"Composition '%s' lists no components", name)
 	}
-	items, err := members.list(1)
+	items, err := members.list(1, "list its components by id, like [orders.orders]")
 	if err != nil {
 		return nil, err
 	}
 	for _, it := range items {
-		id, err := it.pattern(componentIDPattern, "a component is named namespace.name, like orders.orders")
+		id, err := it.pattern(componentIDPattern, "component id", "a component is named namespace.name, like orders.orders")
 		if err != nil {
 			return nil, err
 		}
@@ -465,7 +468,7 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 		c.Components = append(c.Components, component)
 	}
 	if s, present := f.child("services"); present {
-		services, err := s.strings(1, false)
+		services, err := s.strings(1, false, "list the extensions whose services run in this composition's pod, like [exposition]")
 		if err != nil {
 			return nil, err
 		}

@@ -16,7 +16,13 @@ type Error struct {
 	Line    int    // 1-based; 0 when unknown
 	Message string // what is wrong
 	Hint    string // what to do; may be empty
+	Err     error  // a sentinel callers may test for with errors.Is, or nil
 }
+
+// ErrNoContext is what Load's error wraps when the folder has no context.toa.yaml.
+var ErrNoContext = errors.New("no " + ContextFile)
+
+func (e *Error) Unwrap() error { return e.Err }
 
 func (e *Error) Error() string {
 	var b strings.Builder

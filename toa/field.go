@@ -121,13 +121,14 @@ func (f field) optStr(key string) (string, error) {
 	return c.str()
 }
 
-func (f field) pattern(re *regexp.Regexp, what string) (string, error) {
+// pattern reads a string that must match re; noun names what it is ("composition name").
+func (f field) pattern(re *regexp.Regexp, noun, hint string) (string, error) {
 	s, err := f.str()
 	if err != nil {
 		return "", err
 	}
 	if !re.MatchString(s) {
-		return "", f.fail(what, "'%s' is not a valid value", s)
+		return "", f.fail(hint, "'%s' is not a valid %s", s, noun)
 	}
 	return s, nil
 }
@@ -156,13 +157,16 @@ func (f field) boolean() (bool, error) {
 	return false, f.fail("write true or false", "must be a boolean, not %s", describe(f.node))
 }
 
-// list reads a sequence, refusing one shorter than min.
-func (f field) list(min int) ([]field, error) {
+// list reads a sequence, refusing one shorter than min with hint.
+func (f field) list(min int, hint string) ([]field, error) {
 	if f.node.Kind != yaml.SequenceNode {
-		return nil, f.fail("", "must be a list, not %s", describe(f.node))
+		return nil, f.fail(hint, "must be a list, not %s", describe(f.node))
 	}
 	if len(f.node.Content) < min {
-		return nil, f.fail("", "must list at least %d item(s)", min)
+		if min == 1 {
+			return nil, f.fail(hint, "is an empty list")
+		}
+		return nil, f.fail(hint, "must list at least %d items, not %d", min, len(f.node.Content))
 	}
 	items := make([]field, len(f.node.Content))
 	for i := range f.node.Content {
@@ -172,11 +176,11 @@ func (f field) list(min int) ([]field, error) {
 }
 
 // strings reads a list of strings, or a single string as a list of one when single is true.
-func (f field) strings(min int, single bool) ([]string, error) {
+func (f field) strings(min int, single bool, hint string) ([]string, error) {
 	if single && f.node.Kind == yaml.ScalarNode && !isNull(f.node) {
 		return []string{f.node.Value}, nil
 	}
-	items, err := f.list(min)
+	items, err := f.list(min, hint)
 	if err != nil {
 		return nil, err
 	}

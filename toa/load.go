@@ -86,8 +86,8 @@ func Load(path, env string) (*Application, error) {
 		return nil, err
 	}
 	if !exists {
-		return nil, &Error{File: root, Message: "has no " + ContextFile,
-			Hint: "run in the folder of a Toa context, or point --path at it"}
+		return nil, &Error{Message: fmt.Sprintf("there is no %s in %s", ContextFile, folderName(path, root)),
+			Hint: "run in the folder of a Toa context, or point --path at it", Err: ErrNoContext}
 	}
 	convolve(node, chain)
 	app := &Application{Root: root, File: file}
@@ -99,6 +99,14 @@ func Load(path, env string) (*Application, error) {
 		return nil, err
 	}
 	return app, nil
+}
+
+// folderName names a folder as the user gave it, and the current one as such.
+func folderName(given, abs string) string {
+	if wd, err := os.Getwd(); err == nil && wd == abs {
+		return "the current folder"
+	}
+	return given
 }
 
 func environmentChain(env string) ([]string, error) {
@@ -166,7 +174,7 @@ func (app *Application) readIdentity(ctx field) error {
 			Hint: "name the context, like `name: shop`: it names the images' repository and every deployed object's toa/context label"}
 	}
 	var err error
-	if app.Name, err = f.pattern(contextNamePattern,
+	if app.Name, err = f.pattern(contextNamePattern, "context name",
 		"a context name is words of letters, digits and underscores joined by hyphens, starting with a letter, like 'online-shop'"); err != nil {
 		return err
 	}
@@ -300,12 +308,12 @@ func (r *Registry) readPlatforms(registry field) error {
 		r.Platforms, r.PlatformsFromHost = []string{HostPlatform()}, true
 		return nil
 	}
-	items, err := f.list(1)
+	items, err := f.list(1, "list platforms like [linux/amd64, linux/arm64], or write `platforms: ~` for the runner's own")
 	if err != nil {
 		return err
 	}
 	for _, it := range items {
-		p, err := it.pattern(platformPattern, "write os/architecture[/variant], like linux/amd64 or linux/arm/v7")
+		p, err := it.pattern(platformPattern, "platform", "write os/architecture[/variant], like linux/amd64 or linux/arm/v7")
 		if err != nil {
 			return err
 		}
@@ -341,7 +349,7 @@ func (r *Registry) readBuild(registry field) error {
 		return err
 	}
 	if a, present := f.child("arguments"); present {
-		if r.Build.Arguments, err = a.strings(0, false); err != nil {
+		if r.Build.Arguments, err = a.strings(0, false, "list the names of environment variables, like [NPM_TOKEN]"); err != nil {
 			return err
 		}
 	}

@@ -62,7 +62,8 @@ func syntaxError(path string, err error) error {
 	if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
 		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 	}
-	return &Error{File: path, Line: line, Message: "is not valid YAML: " + msg}
+	return &Error{File: path, Line: line, Message: "is not valid YAML: " + msg,
+		Hint: "check the indentation of this line and of the one above it"}
 }
 
 // maxDepth bounds alias expansion, so that a file of nested aliases ("billion laughs") is refused

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -71,7 +70,7 @@ func (c *pushCommand) load() (*toa.Application, error) {
 		return app, nil
 	}
 	var e *toa.Error
-	if c.Env != "" && errors.As(err, &e) && strings.HasSuffix(e.Message, "has no "+toa.ContextFile) {
+	if c.Env != "" && errors.As(err, &e) && errors.Is(err, toa.ErrNoContext) {
 		if info, statErr := os.Stat(filepath.Join(c.Env, toa.ContextFile)); statErr == nil && !info.IsDir() {
 			e.Hint = fmt.Sprintf("'%s' is taken as the environment; to read the context in that folder, run toa-push --path %s", c.Env, c.Env)
 		}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected outputs under testdata")
+
+// binary is toa-push built once for the tests that run it as a user would.
+var binary string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "toa-push-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "toa-push")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build toa-push: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs toa-push in dir and returns its exit code, stdout and stderr.
+func run(t *testing.T, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("run toa-push: %v", err)
+	return 0, "", ""
+}
+
+// TestBrokenContexts runs toa-push --plan on every broken context of the corpus and checks the
+// exact message and the exit code a user gets.
+func TestBrokenContexts(t *testing.T) {
+	root := filepath.Join("..", "..", "testdata", "broken")
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) < 25 {
+		t.Fatalf("the corpus has %d cases", len(entries))
+	}
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		t.Run(e.Name(), func(t *testing.T) {
+			args := []string{"--plan", "--path", "."}
+			if env, err := os.ReadFile(filepath.Join(dir, "env")); err == nil {
+				args = append(args, strings.TrimSpace(string(env)))
+			}
+			code, stdout, stderr := run(t, dir, args...)
+			got := fmt.Sprintf("exit %d\n%s", code, stderr)
+			wantFile := filepath.Join(dir, "want.txt")
+			if *update {
+				if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(wantFile)
+			if err != nil {
+				t.Fatalf("%v (run with -update to write it, then review it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("got\n%s\nwant\n%s", got, want)
+			}
+			if code != 2 || stdout != "" {
+				t.Errorf("bad input must exit 2 with nothing on stdout: exit %d, stdout %q", code, stdout)
+			}
+			if strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, "panic") {
+				t.Errorf("a stack trace reached the user:\n%s", stderr)
+			}
+		})
+	}
+}
+
+func TestEnvironmentMistakenForAPath(t *testing.T) {
+	code, _, stderr := run(t, filepath.Join("..", ".."), "--plan", "testdata/apps/derived")
+	if code != 2 || !strings.Contains(stderr, "run toa-push --path testdata/apps/derived") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
+
+func TestPlanJSON(t *testing.T) {
+	code, stdout, stderr := run(t, filepath.Join("..", "..", "testdata", "apps", "declared"), "--plan", "-o", "json", "--resolve-timeout", "2s", "production")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{`"context": "shop"`, `"environment": "production"`, `"repository": "registry.internal/acme/shop/composition-front"`,
+		`"id": "shop.orders"`, `"label": "shop-orders"`, `"unresolved": "the base`} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("plan lacks %s:\n%s", want, stdout)
+		}
+	}
+}
