@@ -197,7 +197,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 	}
 	if base.Err != nil {
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s could not be resolved: %v", img.Base, base.Err)
+		img.Unresolved = fmt.Sprintf("the base %s could not be resolved: %s", img.Base, reason(base.Err))
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)

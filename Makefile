@@ -1,0 +1,37 @@
+# The two commands of the README: `make demo` and `make test`. Everything they need is installed
+# and started from here; built tools are cached under $(TOA_CACHE) between runs.
+SHELL := /bin/bash
+GO ?= go
+export TOA_CACHE ?= $(HOME)/.cache/toa-deploy
+BIN := $(CURDIR)/bin
+
+.PHONY: build test unit setup demo bench fmt vet clean
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# vet and format first: they fail in seconds, the end-to-end tests take minutes
+test: vet setup
+	$(GO) test -count=1 -timeout 25m ./...
+
+# the tests that need nothing but Go
+unit:
+	$(GO) test -short ./...
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# the real parts the tests talk to: a registry, npm's packages, a control plane
+setup:
+	bash testdata/setup.sh
+
+demo: build setup
+	bash testdata/demo.sh
+
+bench: build setup
+	bash testdata/bench.sh
+
+clean:
+	rm -rf $(BIN) deployment
