@@ -51,6 +51,8 @@ type Image struct {
 	Version    string // the image version Toa hashes into the tag, or ""
 	Tag        string // the 8-hex tag, or "" while unresolved
 	Unresolved string // why the tags are not known yet
+
+	baseDigests map[string]string // platform → the base's manifest digest
 }
 
 // Reference returns the image's reference with its tag, or "" while it is unresolved.
@@ -205,6 +207,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 		return err
 	}
 	img.Platforms = platforms
+	img.baseDigests = base.Platforms
 	hash, err := depsHash(app, img, base, opts.Toolchain)
 	if err != nil {
 		return err

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -22,6 +24,7 @@ type Registries struct {
 	insecure  bool
 	transport http.RoundTripper
 	keychain  authn.Keychain
+	counter   *counter
 }
 
 // RegistryOption tunes Registries.
@@ -96,6 +99,48 @@ func baseTransport(cfg *registryConfig, opts []RegistryOption) (http.RoundTrippe
 	tlsConfig.InsecureSkipVerify = probe.insecure // the user asked for it with --insecure
 	t.TLSClientConfig = tlsConfig
 	return t, nil
+}
+
+// Counted returns a copy of r whose requests are counted, with the bytes they send.
+func (r *Registries) Counted() *Registries {
+	c := *r
+	c.counter = &counter{next: r.transport}
+	c.transport = c.counter
+	return &c
+}
+
+// Sent returns the bytes sent in request bodies and the number of requests made through a
+// Counted copy.
+func (r *Registries) Sent() (bytes, requests int64) {
+	if r.counter == nil {
+		return 0, 0
+	}
+	return r.counter.bytes.Load(), r.counter.requests.Load()
+}
+
+type counter struct {
+	next     http.RoundTripper
+	bytes    atomic.Int64
+	requests atomic.Int64
+}
+
+func (c *counter) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.requests.Add(1)
+	if req.Body != nil && req.Body != http.NoBody {
+		req.Body = &countingBody{ReadCloser: req.Body, n: &c.bytes}
+	}
+	return c.next.RoundTrip(req)
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 // Reference parses an image reference, allowing plain HTTP under --insecure.

@@ -1,0 +1,196 @@
+package image
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// Layers makes the layers of an application's images. The layer package implements it; tests
+// may give a fake. A nil layer with a nil error means "nothing to add" (a component with no
+// dependencies).
+type Layers interface {
+	// Sources is one layer with the sources of the components, under /composition/<label>/.
+	Sources(components []*toa.Component) (v1.Layer, error)
+	// Dependencies is the component's node_modules installed for one platform of the base.
+	Dependencies(ctx context.Context, c *toa.Component, p Target) (v1.Layer, error)
+	// Global is what `npm i -g` lines install into /usr/local, for one platform.
+	Global(ctx context.Context, lines []string, p Target) (v1.Layer, error)
+}
+
+// Target is one platform an image is built for, with what the install must know of its base.
+type Target struct {
+	Platform    v1.Platform
+	Libc        string // "glibc" or "musl"
+	NodeVersion string // the base's NODE_VERSION, "" when it does not say
+}
+
+// maxLayers is about how many layers an image may have in all: past it, neighbouring components
+// share layers.
+const maxLayers = 60
+
+// epoch is the time written into configs: SOURCE_DATE_EPOCH, else the Unix epoch, so that the
+// same inputs give the same digests.
+func epoch() v1.Time {
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return v1.Time{Time: time.Unix(n, 0).UTC()}
+		}
+	}
+	return v1.Time{Time: time.Unix(0, 0).UTC()}
+}
+
+// groups splits components into at most n groups of neighbours, deterministically: the first
+// groups take one more when they do not divide evenly.
+func groups(components []*toa.Component, n int) [][]*toa.Component {
+	if n <= 0 {
+		n = 1
+	}
+	if n >= len(components) {
+		out := make([][]*toa.Component, len(components))
+		for i, c := range components {
+			out[i] = []*toa.Component{c}
+		}
+		return out
+	}
+	out := make([][]*toa.Component, 0, n)
+	size, extra := len(components)/n, len(components)%n
+	for i := 0; i < len(components); {
+		k := size
+		if extra > 0 {
+			k, extra = k+1, extra-1
+		}
+		out = append(out, components[i:i+k])
+		i += k
+	}
+	return out
+}
+
+// dependencyImage is the base of one platform plus the global installs and each component's
+// node_modules, configured as Toa's dependencies.Dockerfile configures it.
+func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers) (v1.Image, error) {
+	var adds []mutate.Addendum
+	if len(global) > 0 {
+		l, err := layers.Global(ctx, global, t)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; ")))
+		}
+	}
+	for _, c := range img.Components {
+		l, err := layers.Dependencies(ctx, c, t)
+		if err != nil {
+			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, Platform(&t.Platform), err)
+		}
+		if l != nil {
+			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label))
+		}
+	}
+	out, err := mutate.Append(base, adds...)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := out.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read the config of the base: %w", err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.Env = setEnv(cfg.Config.Env, "NODE_ENV", "production")
+	cfg.Config.WorkingDir = "/composition"
+	cfg.Config.User = "" // the runtime starts as root and drops to node itself (Toa 289)
+	out, err = mutate.ConfigFile(out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.CreatedAt(out, epoch())
+}
+
+// sourcesImage lays the sources layers over one platform's dependencies image and sets the
+// command, in exec form so that a base without a shell works.
+func sourcesImage(deps v1.Image, sources []v1.Layer, command []string) (v1.Image, error) {
+	adds := make([]mutate.Addendum, len(sources))
+	for i, l := range sources {
+		adds[i] = addendum(l, "sources")
+	}
+	out, err := mutate.Append(deps, adds...)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := out.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("read the config of the dependencies image: %w", err)
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.Cmd = command
+	cfg.Config.WorkingDir = "/composition"
+	cfg.Config.Env = setEnv(cfg.Config.Env, "NODE_ENV", "production")
+	out, err = mutate.ConfigFile(out, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.CreatedAt(out, epoch())
+}
+
+func addendum(l v1.Layer, createdBy string) mutate.Addendum {
+	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: epoch()},
+		MediaType: types.OCILayer}
+}
+
+func setEnv(env []string, key, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		if !strings.HasPrefix(e, key+"=") {
+			out = append(out, e)
+		}
+	}
+	return append(out, key+"="+value)
+}
+
+func envOf(cfg *v1.ConfigFile, key string) string {
+	for _, e := range cfg.Config.Env {
+		if v, ok := strings.CutPrefix(e, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// command is the image's command: `toa compose <labels>`, or `toa mono <labels>`.
+func command(img *Image) []string {
+	verb := "compose"
+	if img.Composition == nil {
+		verb = "mono"
+	}
+	cmd := []string{"toa", verb}
+	for _, c := range img.Components {
+		cmd = append(cmd, c.Locator.Label)
+	}
+	return cmd
+}
+
+// index makes an OCI image index of one image per platform.
+func index(images []v1.Image, targets []Target) (v1.ImageIndex, error) {
+	var adds []mutate.IndexAddendum
+	for i, img := range images {
+		p := targets[i].Platform
+		mt, err := img.MediaType()
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{MediaType: mt, Platform: &p}})
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	return idx, nil
+}

@@ -1,0 +1,427 @@
+package image
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// PushOptions tune Push.
+type PushOptions struct {
+	Registries *Registries
+	Layers     Layers
+	Jobs       int    // images built at once; 3 as Toa's, past which uploads contend for one uplink
+	Libc       string // the bases' libc when the user gives it; found in their layers otherwise
+	CacheDir   string // where what was learnt of a base (its libc) is kept
+	Events     func(Event)
+}
+
+// Event is a step of a push, for the progress display.
+type Event struct {
+	Image   string // "composition-front"
+	Message string
+}
+
+// Result is what a push did, image by image.
+type Result struct {
+	Images []*Pushed
+}
+
+// Pushed is one image of the application after a push.
+type Pushed struct {
+	Name       string   `json:"name"`
+	Repository string   `json:"repository"`
+	Tag        string   `json:"tag"`
+	Digest     string   `json:"digest"`
+	Platforms  []string `json:"platforms"`
+	Built      bool     `json:"built"`
+	DepsBuilt  bool     `json:"dependenciesBuilt"`
+	BytesSent  int64    `json:"bytesSent"`
+	Requests   int64    `json:"requests"`
+}
+
+// Reference is the image's reference pinned by digest.
+func (p *Pushed) Reference() string { return p.Repository + "@" + p.Digest }
+
+// Push probes every image of the plan with one HEAD, then builds and pushes what the registry
+// lacks: a dependencies image only when its deps-<hash> tag is missing, and the sources over it.
+// A tag is written last, once everything it points to is in the registry, so a failed push leaves
+// no tag on an incomplete image and a rerun finishes the job.
+func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOptions) (*Result, error) {
+	if opts.Jobs <= 0 {
+		opts.Jobs = 3
+	}
+	if opts.Events == nil {
+		opts.Events = func(Event) {}
+	}
+	for _, img := range plan.Images {
+		if img.Tag == "" {
+			return nil, fmt.Errorf("%s: %s", img.Name, img.Unresolved)
+		}
+	}
+	result := &Result{Images: make([]*Pushed, len(plan.Images))}
+	var missing []int
+	for i, img := range plan.Images {
+		result.Images[i] = &Pushed{Name: img.Name, Repository: img.Repository, Tag: img.Tag, Platforms: img.Platforms}
+	}
+	err := parallel(ctx, len(plan.Images), 16, func(ctx context.Context, i int) error {
+		img, pushed := plan.Images[i], result.Images[i]
+		digest, err := probe(ctx, opts.Registries, img.Reference())
+		if err != nil {
+			return fmt.Errorf("probe %s: %s", img.Reference(), reason(err))
+		}
+		if digest != "" {
+			pushed.Digest = digest
+			opts.Events(Event{img.Name, "exists " + img.Reference()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range result.Images {
+		if p.Digest == "" {
+			missing = append(missing, i)
+		}
+	}
+	b := &builder{app: app, opts: opts, libc: map[string]string{}}
+	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
+		i := missing[k]
+		return b.build(ctx, plan.Images[i], result.Images[i])
+	})
+	if err != nil {
+		return nil, err
+	}
+	return result, nil
+}
+
+// probe returns the digest of ref, or "" when the registry does not have it.
+func probe(ctx context.Context, reg *Registries, ref string) (string, error) {
+	r, err := reg.Reference(ref)
+	if err != nil {
+		return "", err
+	}
+	desc, err := remote.Head(r, reg.Options(ctx)...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == 404 {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return desc.Digest.String(), nil
+}
+
+type builder struct {
+	app  *toa.Application
+	opts PushOptions
+
+	mu   sync.Mutex
+	libc map[string]string // base digest → libc
+}
+
+func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
+	reg := b.opts.Registries.Counted()
+	defer func() { pushed.BytesSent, pushed.Requests = reg.Sent() }()
+	deps, err := b.dependencies(ctx, reg, img, pushed)
+	if err != nil {
+		return err
+	}
+	groupsOf := groups(img.Components, b.sourceLayerBudget(deps))
+	var sources []v1.Layer
+	for _, g := range groupsOf {
+		l, err := b.opts.Layers.Sources(g)
+		if err != nil {
+			return fmt.Errorf("%s: write the sources: %w", img.Name, err)
+		}
+		sources = append(sources, l)
+	}
+	var images []v1.Image
+	for i, d := range deps.images {
+		out, err := sourcesImage(d, sources, command(img))
+		if err != nil {
+			return fmt.Errorf("%s for %s: %w", img.Name, Platform(&deps.targets[i].Platform), err)
+		}
+		images = append(images, out)
+	}
+	idx, err := index(images, deps.targets)
+	if err != nil {
+		return err
+	}
+	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
+	if err := write(ctx, reg, img.Reference(), idx); err != nil {
+		return err
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	pushed.Digest, pushed.Built = digest.String(), true
+	sent, _ := reg.Sent()
+	b.opts.Events(Event{img.Name, fmt.Sprintf("pushed %s@%s (%s sent)", img.Repository, digest, bytesOf(sent))})
+	return nil
+}
+
+type depsImages struct {
+	images  []v1.Image
+	targets []Target
+	layers  int // layers of the largest platform image
+}
+
+// dependencies returns the dependencies image of each platform: from the registry when its tag
+// is there, else built on the base and pushed.
+func (b *builder) dependencies(ctx context.Context, reg *Registries, img *Image, pushed *Pushed) (*depsImages, error) {
+	ref, err := reg.Reference(img.DepsReference())
+	if err != nil {
+		return nil, err
+	}
+	idx, err := remote.Index(ref, reg.Options(ctx)...)
+	var terr *transport.Error
+	switch {
+	case err == nil:
+		b.opts.Events(Event{img.Name, "dependencies exist " + img.DepsReference()})
+		return fromIndex(idx)
+	case errors.As(err, &terr) && terr.StatusCode == 404:
+	default:
+		return nil, fmt.Errorf("read %s: %s", img.DepsReference(), reason(err))
+	}
+	global, err := globalLines(b.app, img)
+	if err != nil {
+		return nil, err
+	}
+	out := &depsImages{}
+	for _, platform := range img.Platforms {
+		base, target, err := b.base(ctx, reg, img, platform)
+		if err != nil {
+			return nil, err
+		}
+		b.opts.Events(Event{img.Name, "installing dependencies for " + platform})
+		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Name, err)
+		}
+		out.images = append(out.images, d)
+		out.targets = append(out.targets, target)
+		if n, err := layerCount(d); err == nil && n > out.layers {
+			out.layers = n
+		}
+	}
+	idx, err = index(out.images, out.targets)
+	if err != nil {
+		return nil, err
+	}
+	b.opts.Events(Event{img.Name, "pushing " + img.DepsReference()})
+	if err := write(ctx, reg, img.DepsReference(), idx); err != nil {
+		return nil, err
+	}
+	pushed.DepsBuilt = true
+	return out, nil
+}
+
+func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	out := &depsImages{}
+	for _, d := range m.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		out.images = append(out.images, img)
+		out.targets = append(out.targets, Target{Platform: *d.Platform})
+		if n, err := layerCount(img); err == nil && n > out.layers {
+			out.layers = n
+		}
+	}
+	return out, nil
+}
+
+func layerCount(img v1.Image) (int, error) {
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, err
+	}
+	return len(m.Layers), nil
+}
+
+// sourceLayerBudget is how many sources layers fit under maxLayers over the dependencies image.
+func (b *builder) sourceLayerBudget(deps *depsImages) int {
+	n := maxLayers - deps.layers
+	if n < 1 {
+		return 1
+	}
+	return n
+}
+
+// base reads the base image of one platform and what the install must know of it.
+func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platform string) (v1.Image, Target, error) {
+	resolved, err := reg.Reference(img.Base)
+	if err != nil {
+		return nil, Target{}, err
+	}
+	digest := img.baseDigests[platform]
+	ref := resolved.Context().Digest(digest)
+	base, err := remote.Image(ref, reg.Options(ctx)...)
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("read the base %s for %s: %s", img.Base, platform, reason(err))
+	}
+	cfg, err := base.ConfigFile()
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("read the config of the base %s for %s: %s", img.Base, platform, reason(err))
+	}
+	libc, err := b.libcOf(base, digest)
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
+	}
+	return base, Target{Platform: *cfg.Platform(), Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION")}, nil
+}
+
+// libcOf finds the base's libc once per digest: musl when a layer holds ld-musl, else glibc.
+// The answer is kept under the cache dir: a digest never changes.
+func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
+	if b.opts.Libc != "" {
+		return b.opts.Libc, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l, ok := b.libc[digest]; ok {
+		return l, nil
+	}
+	cache := ""
+	if b.opts.CacheDir != "" {
+		cache = filepath.Join(b.opts.CacheDir, "libc", strings.ReplaceAll(digest, ":", "-"))
+		if data, err := os.ReadFile(cache); err == nil {
+			b.libc[digest] = string(data)
+			return string(data), nil
+		}
+	}
+	libc, err := findLibc(base)
+	if err != nil {
+		return "", err
+	}
+	b.libc[digest] = libc
+	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
+		_ = os.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
+	}
+	return libc, nil
+}
+
+func findLibc(img v1.Image) (string, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range layers {
+		found, err := holdsMusl(l)
+		if err != nil {
+			return "", err
+		}
+		if found {
+			return "musl", nil
+		}
+	}
+	return "glibc", nil
+}
+
+func holdsMusl(l v1.Layer) (bool, error) {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if strings.HasPrefix(filepath.Base(h.Name), "ld-musl-") {
+			return true, nil
+		}
+	}
+}
+
+// write pushes an index and everything it holds, the tag last.
+func write(ctx context.Context, reg *Registries, ref string, idx v1.ImageIndex) error {
+	tag, err := reg.Reference(ref)
+	if err != nil {
+		return err
+	}
+	if err := remote.WriteIndex(tag, idx, reg.Options(ctx)...); err != nil {
+		return fmt.Errorf("push %s: %s", ref, reason(err))
+	}
+	return nil
+}
+
+// globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.
+func globalLines(app *toa.Application, img *Image) ([]string, error) {
+	var lines []string
+	for _, run := range []string{app.Registry.Build.Run, img.Run} {
+		for _, line := range strings.Split(run, "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				lines = append(lines, line)
+			}
+		}
+	}
+	return lines, nil
+}
+
+func bytesOf(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// parallel runs f for 0..n-1, at most jobs at once, and returns the first error; the others are
+// cancelled through ctx.
+func parallel(ctx context.Context, n, jobs int, f func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, jobs)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for i := 0; i < n; i++ {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(ctx, i); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}(i)
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return first
+}
