@@ -1,0 +1,249 @@
+// Package manifest makes the application's Kubernetes objects, the ones Toa 289's chart rendered
+// (reference §5), as typed k8s.io/api values instead of text templates. It works in two steps, as
+// Toa did: Describe turns the application and its images into Values, one Workload per
+// Deployment with its variables, mounts, probe and resources settled (Toa's describe()); Objects
+// turns Values into Deployments and Services (the chart's templates). Writing them down is the
+// kustomize package's job.
+package manifest
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// Values are what Toa's chart was rendered from (reference §5.2), settled: every default taken,
+// every variable in place.
+type Values struct {
+	Context      string      // the context's name
+	Credentials  string      // the image pull Secret every composition names, or ""
+	Compositions []*Workload // a `composition-<name>` Deployment each
+	Components   []string    // the labels of the components deployed: a Service each
+}
+
+// Workload is one Deployment as Toa's values describe it. Compositions are the only workloads
+// today; the mono deployment and the extension services fill the same fields (Hosted, Services,
+// Backends and Probe come from the services a workload runs).
+type Workload struct {
+	Name       string         // the composition's name
+	Subject    string         // how messages name it: "Composition 'edge'"
+	Image      string         // the container's image: the repository, and its tag when known
+	Replicas   int32          // 0 takes the chart's default, 2
+	Components []string       // the labels of the components it runs
+	Hosted     []string       // the names of the extension services it runs
+	Services   []string       // the packages of those services: TOA_SERVICES
+	Resources  *toa.Resources // settled: never nil; None deploys without
+	Variables  []Variable
+	Mounts     []Mount
+	Probe      *Probe
+	Backends   []Backend
+
+	// resourcesKey says where Resources came from, for messages: "compositions[0].resources"
+	// or "resources".
+	resourcesKey string
+}
+
+// Variable is an environment variable: a value, or a reference to a key of a Secret.
+type Variable struct {
+	Name   string
+	Value  string
+	Secret *SecretKey
+}
+
+// SecretKey is a key of a Secret in the workload's namespace.
+type SecretKey struct {
+	Name, Key string
+	Optional  bool
+}
+
+// Mount is a PersistentVolumeClaim mounted into the workload's container.
+type Mount struct {
+	Name, Path, Claim string
+}
+
+// Probe is the HTTP endpoint the startup and readiness probes ask.
+type Probe struct {
+	Path  string
+	Port  int32
+	Delay int32 // seconds before the first startup probe; 0 for none
+}
+
+// Backend is a port a service inside the workload serves, and the ingress path to it.
+type Backend struct {
+	Port int32
+	Path string
+}
+
+// Global is the Scoped key of what every workload gets.
+const Global = "global"
+
+// Scoped are items for every workload (Key Global) or for the workloads that run one component
+// (Key is its label), as Toa's dependencies declare variables and mounts.
+type Scoped[T any] struct {
+	Key   string
+	Items []T
+}
+
+// Dependencies are what the application's extensions and connectors declare for its workloads:
+// the merged results of their deployment() (reference §4.2). The extension issue fills them;
+// an application without extensions has none.
+type Dependencies struct {
+	Variables []Scoped[Variable] // in Toa's merge order, which is the order they are added in
+	Mounts    []Scoped[Mount]
+	Probe     *Probe // the readiness probe of every workload (telemetry's)
+}
+
+// Describe settles the application's values as Toa's describe() does (reference §5.3, §5.6):
+// a workload per composition with its image from the plan, the context's variables (TOA_CONTEXT
+// and TOA_ENV first) and the dependencies' ones, deduplicated by name with the first kept, its
+// resources or the context's, and NODE_OPTIONS sized by the memory limit. A composition without
+// resources where the context has none either is refused, as Toa refuses it.
+func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Values, error) {
+	if deps == nil {
+		deps = &Dependencies{}
+	}
+	v := &Values{Context: app.Name, Credentials: app.Registry.Credentials}
+	variables := globals(app, deps.Variables)
+	for i, c := range app.Compositions {
+		if len(c.Services) > 0 {
+			return nil, fmt.Errorf("composition '%s' lists services %v: running extension services in a composition is not implemented yet", c.Name, c.Services)
+		}
+		img := planned(plan, c)
+		if img == nil {
+			return nil, fmt.Errorf("the plan has no image for composition '%s'", c.Name)
+		}
+		w := &Workload{
+			Name:    c.Name,
+			Subject: fmt.Sprintf("Composition '%s'", c.Name),
+			Image:   containerImage(img),
+			Probe:   deps.Probe,
+		}
+		for _, m := range c.Components {
+			w.Components = append(w.Components, m.Locator.Label)
+		}
+		keys := append([]string{Global}, w.Components...)
+		w.Variables = addVariables(nil, variables, keys)
+		w.Mounts = addMounts(nil, deps.Mounts, keys)
+		w.Resources, w.resourcesKey = c.Resources, fmt.Sprintf("compositions[%d].resources", i)
+		if !c.Declared {
+			w.resourcesKey = "resources"
+		}
+		v.Compositions = append(v.Compositions, w)
+	}
+	for _, w := range v.Compositions {
+		for _, label := range w.Components {
+			if !slices.Contains(v.Components, label) {
+				v.Components = append(v.Components, label)
+			}
+		}
+	}
+	if plan != nil {
+		for _, img := range plan.Images {
+			if img.Composition == nil {
+				return nil, fmt.Errorf("the %s deployment is not implemented yet", img.Name)
+			}
+		}
+	}
+	if err := settleResources(app, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// planned finds the plan's image of a composition.
+func planned(plan *image.Plan, c *toa.Composition) *image.Image {
+	if plan == nil {
+		return nil
+	}
+	for _, img := range plan.Images {
+		if img.Composition == c || (img.Composition != nil && img.Composition.Name == c.Name) {
+			return img
+		}
+	}
+	return nil
+}
+
+// containerImage is the repository with its tag when the tag is known; the kustomization's
+// images entry pins it by digest, or sets the tag where it is not known yet.
+func containerImage(img *image.Image) string {
+	if img.Tag == "" {
+		return img.Repository
+	}
+	return img.Repository + ":" + img.Tag
+}
+
+// globals returns the dependencies' variables with the context's own in the global group, as
+// Toa's describe() puts them: TOA_CONTEXT and TOA_ENV first, then atomicity, outbox and inbox.
+// A global group the dependencies lack is added after theirs, as `variables.global ??= []` does.
+func globals(app *toa.Application, declared []Scoped[Variable]) []Scoped[Variable] {
+	out := make([]Scoped[Variable], 0, len(declared)+1)
+	at := -1
+	for i, s := range declared {
+		if s.Key == Global && at < 0 {
+			at = i
+		}
+		out = append(out, Scoped[Variable]{Key: s.Key, Items: append([]Variable(nil), s.Items...)})
+	}
+	if at < 0 {
+		out = append(out, Scoped[Variable]{Key: Global})
+		at = len(out) - 1
+	}
+	g := []Variable{{Name: "TOA_CONTEXT", Value: app.Name}, {Name: "TOA_ENV", Value: app.Environment}}
+	g = append(g, out[at].Items...)
+	if a := app.Atomicity; a != nil {
+		g = append(g, Variable{Name: "TOA_ATOMICITY_REDIS", Value: strings.Join(a.Redis, " ")})
+		if a.Interval != 0 {
+			g = append(g, Variable{Name: "TOA_ATOMICITY_INTERVAL", Value: strconv.Itoa(a.Interval)})
+		}
+	}
+	if o := app.Outbox; o != nil {
+		for _, f := range []struct {
+			name  string
+			value *int
+		}{{"TOA_OUTBOX_INTERVAL", o.Interval}, {"TOA_OUTBOX_BATCH", o.Batch}, {"TOA_OUTBOX_RETENTION", o.Retention}} {
+			if f.value != nil {
+				g = append(g, Variable{Name: f.name, Value: strconv.Itoa(*f.value)})
+			}
+		}
+	}
+	if in := app.Inbox; in != nil && in.Retention != 0 {
+		g = append(g, Variable{Name: "TOA_INBOX_RETENTION", Value: strconv.Itoa(in.Retention)})
+	}
+	out[at].Items = g
+	return out
+}
+
+// addVariables is Toa's addVariables: the groups whose key is one of keys, in the groups' order,
+// each variable once by name, the first one kept.
+func addVariables(to []Variable, groups []Scoped[Variable], keys []string) []Variable {
+	for _, g := range groups {
+		if !slices.Contains(keys, g.Key) {
+			continue
+		}
+		for _, v := range g.Items {
+			if !slices.ContainsFunc(to, func(have Variable) bool { return have.Name == v.Name }) {
+				to = append(to, v)
+			}
+		}
+	}
+	return to
+}
+
+// addMounts is Toa's addMounts: as addVariables, by the mount's name.
+func addMounts(to []Mount, groups []Scoped[Mount], keys []string) []Mount {
+	for _, g := range groups {
+		if !slices.Contains(keys, g.Key) {
+			continue
+		}
+		for _, m := range g.Items {
+			if !slices.ContainsFunc(to, func(have Mount) bool { return have.Name == m.Name }) {
+				to = append(to, m)
+			}
+		}
+	}
+	return to
+}
