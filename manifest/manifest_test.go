@@ -20,7 +20,7 @@ import (
 // (seeds/000: strategy, probes, heap).
 
 func TestCompositionIsTheChartsDeployment(t *testing.T) {
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{"100m", "1"}, Memory: &toa.Pair{"100Mi", "1Gi"}})
+	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "1"}, Memory: &toa.Pair{Request: "100Mi", Limit: "1Gi"}})
 	app.Registry.Credentials = "regcred"
 	d := deploymentOf(t, app, plan, "composition-edge")
 
@@ -175,7 +175,7 @@ func TestHeap(t *testing.T) {
 		{"1.5Gi", memory("1Gi", "1.5Gi"), nil, false, "--max-old-space-size=1152"},
 		{"500M", memory("1M", "500M"), nil, false, "--max-old-space-size=357"},
 		{"stated", memory("100Mi", "1Gi"), nil, true, "--max-old-space-size=100"},
-		{"no memory limit", &toa.Resources{CPU: &toa.Pair{"100m", "1"}}, nil, false, ""},
+		{"no memory limit", &toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "1"}}, nil, false, ""},
 		{"resources: null", &toa.Resources{None: true}, memory("1Gi", "1Gi"), false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,7 +258,7 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 			t.Errorf("%s: %q at %q, want %q", limit, e.Message, e.Key, want)
 		}
 	}
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{"100m", "lots"}})
+	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "lots"}})
 	_, err := Objects(app, plan)
 	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "Composition 'edge': the cpu limit 'lots' is not a quantity") {
 		t.Errorf("cpu: %v", err)
@@ -283,7 +283,7 @@ func TestRefusal(t *testing.T) {
 }
 
 func TestResourcesAsGiven(t *testing.T) {
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{"250m", "2"}})
+	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "250m", Limit: "2"}})
 	c := deploymentOf(t, app, plan, "composition-edge").Spec.Template.Spec.Containers[0]
 	if len(c.Resources.Requests) != 1 || len(c.Resources.Limits) != 1 {
 		t.Fatalf("resources: %+v", c.Resources)

@@ -1,0 +1,89 @@
+package kustomize
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// Render renders the kustomization in dir of fs, as `kubectl kustomize dir` does, and returns
+// its objects in the order they are applied (see Sort). fs is filesys.MakeFsOnDisk() for a
+// user's folder and filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a
+// *toa.Error: the user's input.
+func Render(fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(fs, dir)
+	if err != nil {
+		return nil, &toa.Error{File: dir, Message: "kustomize: " + err.Error()}
+	}
+	out := make([]*unstructured.Unstructured, 0, m.Size())
+	for _, r := range m.Resources() {
+		// through JSON, so that numbers are int64 and float64 as client-go expects them
+		data, err := r.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(data); err != nil {
+			return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
+		}
+		out = append(out, obj)
+	}
+	Sort(out)
+	return out, nil
+}
+
+// YAML writes objects as one YAML stream, `---` between them, keys sorted as kubectl prints them.
+func YAML(objects []*unstructured.Unstructured) ([]byte, error) {
+	var b bytes.Buffer
+	for i, obj := range objects {
+		data, err := sigsyaml.Marshal(obj.Object)
+		if err != nil {
+			return nil, fmt.Errorf("print %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		b.Write(data)
+	}
+	return b.Bytes(), nil
+}
+
+// Sort puts objects in the order they are applied (DESIGN.md "Apply and wait"): Namespaces and
+// CRDs, then ServiceAccounts, RBAC, ConfigMaps and Secrets, then what workloads need besides
+// (claims, policies, quotas), then Services, then workloads, then Ingress, then anything else,
+// like a CRD's objects. Objects of one rank keep their order.
+func Sort(objects []*unstructured.Unstructured) {
+	slices.SortStableFunc(objects, func(a, b *unstructured.Unstructured) int {
+		return rank(a.GetKind()) - rank(b.GetKind())
+	})
+}
+
+var applyOrder = [][]string{
+	{"Namespace"},
+	{"CustomResourceDefinition"},
+	{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"},
+	{"ConfigMap", "Secret"},
+	{"ResourceQuota", "LimitRange", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass",
+		"StorageClass", "PersistentVolume", "PersistentVolumeClaim", "IngressClass"},
+	{"Service"},
+	{"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Pod", "Job", "CronJob",
+		"HorizontalPodAutoscaler"},
+	{"Ingress"},
+}
+
+func rank(kind string) int {
+	for i, kinds := range applyOrder {
+		if slices.Contains(kinds, kind) {
+			return i
+		}
+	}
+	return len(applyOrder)
+}
