@@ -29,8 +29,12 @@ const registryInstall = "run `bash testdata/registry/install.sh` (Debian's docke
 // port and storage in a temporary folder, waits until it answers `GET /v2/`, and returns its
 // address "127.0.0.1:PORT". It stops at the end of the test. Loopback registries are plain HTTP
 // (go-containerregistry's name package treats 127.0.0.1 so), without authentication.
+// Under `go test -short` (the tests that need nothing but Go) the test is skipped.
 func Registry(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs a real registry")
+	}
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
 		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
@@ -117,12 +121,12 @@ http:
 
 	if err := waitForRegistry(addr, exited); err != nil {
 		stop()
-		return "", fmt.Errorf("%w; its log (%s):\n%s", err, logPath, tail(logPath, 2000))
+		return "", fmt.Errorf("%w; its log (%s):\n%s", err, logPath, registryLogTail(logPath, 2000))
 	}
 	t.Cleanup(func() {
 		stop()
 		if t.Failed() {
-			if s := tail(logPath, 4000); s != "" {
+			if s := registryLogTail(logPath, 4000); s != "" {
 				t.Logf("registry %s log:\n%s", addr, s)
 			}
 		}
@@ -164,8 +168,8 @@ func waitForRegistry(addr string, exited <-chan error) error {
 	}
 }
 
-// tail returns up to the last n bytes of a file.
-func tail(path string, n int64) string {
+// registryLogTail returns up to the last n bytes of a file.
+func registryLogTail(path string, n int64) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""
