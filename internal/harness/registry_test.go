@@ -68,7 +68,7 @@ func TestRegistryWithLogRecordsAPush(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read back: %v", err)
 	}
-	if gd, wd := digest(t, got), digest(t, img); gd != wd {
+	if gd, wd := digestOf(t, got), digestOf(t, img); gd != wd {
 		t.Errorf("read back digest %s, pushed %s", gd, wd)
 	}
 	layers, err := got.Layers()
@@ -134,7 +134,7 @@ func mustRef(t testing.TB, s string) name.Reference {
 	return ref
 }
 
-func digest(t testing.TB, img interface{ Digest() (v1.Hash, error) }) v1.Hash {
+func digestOf(t testing.TB, img interface{ Digest() (v1.Hash, error) }) v1.Hash {
 	t.Helper()
 	d, err := img.Digest()
 	if err != nil {
