@@ -6,14 +6,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/kustomize"
 )
 
 type applyCommand struct {
@@ -44,5 +48,25 @@ func main() {
 }
 
 func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
-	return errors.New("toa-apply is not implemented yet")
+	if c.Render {
+		return c.render(os.Stdout)
+	}
+	return errors.New("toa-apply is not implemented yet: only --render is")
+}
+
+// render prints the kustomization rendered, in the order it is applied.
+func (c *applyCommand) render(w io.Writer) error {
+	if info, err := os.Stat(c.Dir); err != nil || !info.IsDir() {
+		return &cli.BadInput{Err: fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir)}
+	}
+	objects, err := kustomize.Render(filesys.MakeFsOnDisk(), c.Dir)
+	if err != nil {
+		return err
+	}
+	data, err := kustomize.YAML(objects)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }

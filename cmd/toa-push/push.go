@@ -58,9 +58,23 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 		log.Warn(w)
 	}
 	if c.Output == cli.JSON {
-		return writePlanJSON(os.Stdout, app, plan)
+		err = writePlanJSON(os.Stdout, app, plan)
+	} else {
+		err = writePlanText(os.Stdout, app, plan)
 	}
-	return writePlanText(os.Stdout, app, plan)
+	if err != nil {
+		return err
+	}
+	var unresolved *unresolvedError
+	switch err := writeKustomization(app, plan, c.Kustomization, nil); {
+	case errors.As(err, &unresolved):
+		log.Warn(err.Error())
+	case err != nil:
+		return err
+	default:
+		log.Infof("wrote the kustomization to %s", c.Kustomization)
+	}
+	return nil
 }
 
 // load reads the application, and says so when ENV looks like the folder the user meant.
