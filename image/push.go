@@ -71,30 +71,20 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 			return nil, fmt.Errorf("%s: %s", img.Name, img.Unresolved)
 		}
 	}
-	result := &Result{Images: make([]*Pushed, len(plan.Images))}
-	var missing []int
-	for i, img := range plan.Images {
-		result.Images[i] = &Pushed{Name: img.Name, Repository: img.Repository, Tag: img.Tag, Platforms: img.Platforms}
-	}
-	err := parallel(ctx, len(plan.Images), 16, func(ctx context.Context, i int) error {
-		img, pushed := plan.Images[i], result.Images[i]
-		digest, err := probe(ctx, opts.Registries, img.Reference())
-		if err != nil {
-			return fmt.Errorf("probe %s: %s", img.Reference(), reason(err))
-		}
-		if digest != "" {
-			pushed.Digest = digest
-			opts.Events(Event{img.Name, "exists " + img.Reference()})
-		}
-		return nil
-	})
+	digests, err := Probe(ctx, opts.Registries, plan)
 	if err != nil {
 		return nil, err
 	}
-	for i, p := range result.Images {
-		if p.Digest == "" {
+	result := &Result{Images: make([]*Pushed, len(plan.Images))}
+	var missing []int
+	for i, img := range plan.Images {
+		result.Images[i] = &Pushed{Name: img.Name, Repository: img.Repository, Tag: img.Tag, Platforms: img.Platforms,
+			Digest: digests[img.Repository]}
+		if result.Images[i].Digest == "" {
 			missing = append(missing, i)
+			continue
 		}
+		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
 	b := &builder{app: app, opts: opts, libc: map[string]string{}}
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
@@ -105,6 +95,43 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		return nil, err
 	}
 	return result, nil
+}
+
+// Probe asks the registry, with one HEAD per image, which images of the plan it has, and
+// returns their digests by repository. Images whose tag is not known yet are not asked for.
+func Probe(ctx context.Context, reg *Registries, plan *Plan) (map[string]string, error) {
+	digests := make([]string, len(plan.Images))
+	err := parallel(ctx, len(plan.Images), 16, func(ctx context.Context, i int) error {
+		img := plan.Images[i]
+		if img.Tag == "" {
+			return nil
+		}
+		digest, err := probe(ctx, reg, img.Reference())
+		if err != nil {
+			return fmt.Errorf("probe %s: %s", img.Reference(), reason(err))
+		}
+		digests[i] = digest
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i, d := range digests {
+		if d != "" {
+			out[plan.Images[i].Repository] = d
+		}
+	}
+	return out, nil
+}
+
+// Digests are the pushed images' digests by repository.
+func (r *Result) Digests() map[string]string {
+	out := map[string]string{}
+	for _, p := range r.Images {
+		out[p.Repository] = p.Digest
+	}
+	return out
 }
 
 // probe returns the digest of ref, or "" when the registry does not have it.
