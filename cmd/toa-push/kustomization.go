@@ -11,28 +11,33 @@ import (
 
 // writeKustomization writes the application's objects into dir as a kustomization. digests are
 // the images the registry has, by repository: those are pinned by digest; every other image by
-// the plan's tag. An image with neither is not written down: its containers would run whatever
-// the registry calls latest.
+// the plan's tag. An image with neither is not written down (its containers would run whatever
+// the registry calls latest): the kustomization is then not written, and the error is a
+// *notWrittenError, as it is for what toa-deploy cannot deploy yet (mono).
 func writeKustomization(app *toa.Application, plan *image.Plan, dir string, digests map[string]string) error {
-	images := make([]kustomize.Image, 0, len(plan.Images))
 	for _, img := range plan.Images {
-		digest := digests[img.Repository]
-		if digest == "" && img.Tag == "" {
-			return &unresolvedError{image: img.Name, why: img.Unresolved}
+		if img.Composition == nil {
+			return &notWrittenError{fmt.Sprintf("the objects of the %s deployment are not implemented yet", img.Name)}
 		}
-		images = append(images, kustomize.Image{Name: img.Repository, Digest: digest, NewTag: img.Tag})
 	}
+	// the application's mistakes first: they are worth knowing even when a tag is not
 	objects, err := manifest.Objects(app, plan)
 	if err != nil {
 		return err
 	}
+	images := make([]kustomize.Image, 0, len(plan.Images))
+	for _, img := range plan.Images {
+		digest := digests[img.Repository]
+		if digest == "" && img.Tag == "" {
+			return &notWrittenError{fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}
+		}
+		images = append(images, kustomize.Image{Name: img.Repository, Digest: digest, NewTag: img.Tag})
+	}
 	return kustomize.Write(dir, objects, images, app.Name)
 }
 
-// unresolvedError says the kustomization was not written because an image's tag is not known
-// yet (under --plan, a base that could not be resolved).
-type unresolvedError struct{ image, why string }
+// notWrittenError says why the kustomization was not written, when that is no failure of the
+// run: under --plan, a base that could not be resolved leaves its images' tags unknown.
+type notWrittenError struct{ why string }
 
-func (e *unresolvedError) Error() string {
-	return fmt.Sprintf("the kustomization is not written: the tag of %s is not known: %s", e.image, e.why)
-}
+func (e *notWrittenError) Error() string { return "the kustomization is not written: " + e.why }

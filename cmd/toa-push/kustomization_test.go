@@ -21,8 +21,8 @@ func TestWriteKustomization(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "deployment")
-	var unresolved *unresolvedError
-	if err := writeKustomization(app, plan, dir, nil); !errors.As(err, &unresolved) {
+	var notWritten *notWrittenError
+	if err := writeKustomization(app, plan, dir, nil); !errors.As(err, &notWritten) {
 		t.Fatalf("unresolved tags: %v", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -49,5 +49,22 @@ func TestWriteKustomization(t *testing.T) {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("kustomization.yaml lacks\n%s\n%s", want, data)
 		}
+	}
+}
+
+// The application's mistakes are reported even when the tags are not known yet.
+func TestWriteKustomizationRefusesBeforeTags(t *testing.T) {
+	app, err := toa.Load(filepath.Join("..", "..", "testdata", "apps", "derived"), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Resources = nil
+	plan, err := image.NewPlan(app, image.PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = writeKustomization(app, plan, filepath.Join(t.TempDir(), "deployment"), nil)
+	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "Composition 'default-echo' declares no resources.") {
+		t.Errorf("%v", err)
 	}
 }

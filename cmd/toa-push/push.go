@@ -65,9 +65,9 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	var unresolved *unresolvedError
+	var notWritten *notWrittenError
 	switch err := writeKustomization(app, plan, c.Kustomization, nil); {
-	case errors.As(err, &unresolved):
+	case errors.As(err, &notWritten):
 		log.Warn(err.Error())
 	case err != nil:
 		return err
