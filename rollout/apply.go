@@ -1,0 +1,287 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+)
+
+// Options tune Apply and Delete.
+type Options struct {
+	// Namespace is the namespace applied to: objects without one go there, and so does the
+	// ApplySet's parent. Required.
+	Namespace string
+	// Force takes the fields other field managers own (--force-conflicts).
+	Force bool
+	// DryRun applies with dryRun=All: the server says what would change, and nothing does.
+	DryRun bool
+	// Prune deletes the members of the set the objects no longer have.
+	Prune bool
+	// Version is toa-apply's, written into the parent's tooling annotation.
+	Version string
+	// Logf, when set, hears each step.
+	Logf func(format string, args ...any)
+}
+
+func (o Options) logf(format string, args ...any) {
+	if o.Logf != nil {
+		o.Logf(format, args...)
+	}
+}
+
+// Apply server-side applies objects with field manager "toa", in DESIGN.md's order, as members
+// of the application's ApplySet, and prunes what the set had and the objects lack. Objects a
+// Helm release made are adopted. The objects are not changed.
+//
+// A field another manager owns with another value is a *ConflictError, unless opts.Force;
+// objects the cluster cannot take are an *InputError.
+func Apply(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	set, err := setOf(objects, opts.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &applier{c: c, opts: opts, set: set, res: &Result{Set: set, DryRun: opts.DryRun},
+		releases: map[string]*HelmRelease{}}
+	return a.res, a.run(ctx, members(objects, set))
+}
+
+// setOf is the ApplySet of the objects' Toa context in the namespace.
+func setOf(objects []*unstructured.Unstructured, namespace string) (Set, error) {
+	if namespace == "" {
+		return Set{}, &InputError{Err: errors.New("no namespace to apply to")}
+	}
+	name, err := contextName(objects)
+	if err != nil {
+		return Set{}, err
+	}
+	return NewSet(name, namespace), nil
+}
+
+// contextName is the toa/context label every object carries, the name of the application.
+func contextName(objects []*unstructured.Unstructured) (string, error) {
+	if len(objects) == 0 {
+		return "", &InputError{Err: errors.New("the kustomization has no objects")}
+	}
+	name := ""
+	var missing []string
+	for _, obj := range objects {
+		v := obj.GetLabels()[LabelContext]
+		switch {
+		case v == "":
+			missing = append(missing, RefOf(obj).String())
+		case name == "":
+			name = v
+		case v != name:
+			return "", &InputError{Err: fmt.Errorf("the objects belong to two Toa contexts, %q and %q (label %s): apply one application at a time", name, v, LabelContext)}
+		}
+	}
+	if len(missing) > 0 {
+		return "", &InputError{Err: fmt.Errorf("%s lack the label %s that names the application: "+
+			"an overlay must add it with a kustomize `labels` entry", strings.Join(missing, ", "), LabelContext)}
+	}
+	return name, nil
+}
+
+// members are copies of the objects labelled as the set's.
+func members(objects []*unstructured.Unstructured, set Set) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, 0, len(objects))
+	for _, obj := range objects {
+		m := obj.DeepCopy()
+		labels := m.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelPartOf] = set.ID
+		m.SetLabels(labels)
+		out = append(out, m)
+	}
+	return out
+}
+
+type applier struct {
+	c        *client
+	opts     Options
+	set      Set
+	res      *Result
+	releases map[string]*HelmRelease // by namespace/name
+}
+
+// run follows kubectl's ApplySet protocol: the parent first records the union of what the set
+// had and what it will have, so that an interrupted run leaks nothing; then the members are
+// applied and what is no longer in the set is pruned; then the parent records the new set.
+func (a *applier) run(ctx context.Context, objects []*unstructured.Unstructured) error {
+	old, err := readParent(ctx, a.c, a.set)
+	if err != nil {
+		return err
+	}
+	kinds, namespaces := slices.Clone(old.kinds), slices.Clone(old.namespaces)
+	for _, obj := range objects {
+		kinds = append(kinds, obj.GroupVersionKind().GroupKind())
+		if obj.GetNamespace() != "" {
+			namespaces = append(namespaces, obj.GetNamespace())
+		}
+	}
+	for i, objs := range byStage(objects) {
+		if err := a.applyAll(ctx, objs); err != nil {
+			return err
+		}
+		switch {
+		case i == 0 && !a.opts.DryRun:
+			// the namespaces the set may create come first: the parent may live in one
+			if err := writeParent(ctx, a.c, a.set, kinds, namespaces, a.opts.Version); err != nil {
+				return err
+			}
+		case i == stageCRD && len(objs) > 0:
+			if err := a.established(ctx, objs); err != nil {
+				return err
+			}
+			a.c.mapper.Reset()
+		}
+	}
+	if a.opts.Prune {
+		if err := a.prune(ctx, kinds, namespaces); err != nil {
+			return err
+		}
+		kinds, namespaces = nil, nil
+		for _, obj := range a.res.Applied {
+			kinds = append(kinds, obj.GroupKind())
+			namespaces = append(namespaces, obj.Namespace)
+		}
+	}
+	if !a.opts.DryRun {
+		if err := writeParent(ctx, a.c, a.set, kinds, namespaces, a.opts.Version); err != nil {
+			return err
+		}
+	}
+	return a.reportReleases(ctx)
+}
+
+func (a *applier) applyAll(ctx context.Context, objects []*unstructured.Unstructured) error {
+	for _, obj := range objects {
+		if err := a.apply(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply server-side applies one object, adopting it first if a Helm release made it.
+func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) error {
+	m, err := a.c.mapping(obj.GroupVersionKind())
+	if err != nil {
+		return err
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if obj.GetNamespace() == "" {
+			obj.SetNamespace(a.opts.Namespace)
+		}
+	} else {
+		obj.SetNamespace("")
+	}
+	ref := RefOf(obj)
+	ri := a.c.resource(m, obj.GetNamespace())
+	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return fmt.Errorf("get %s: %w", ref, err)
+	}
+	force := a.opts.Force
+	if r, ok := helmRelease(live); ok {
+		a.res.Adopted = append(a.res.Adopted, ref)
+		a.releases[r.Namespace+"/"+r.Name] = r
+		if a.opts.DryRun {
+			// the real run moves Helm's fields to toa before applying: no conflict with Helm
+			force = true
+		} else if live, err = adopt(ctx, ri, live); err != nil {
+			return fmt.Errorf("adopt %s from Helm release %s: %w", ref, r.Name, err)
+		}
+		a.opts.logf("adopted %s from Helm release %s", ref, r.Name)
+	}
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", ref, err)
+	}
+	po := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict"}
+	if a.opts.DryRun {
+		po.DryRun = []string{metav1.DryRunAll}
+	}
+	out, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, po)
+	if err != nil {
+		if cs := conflicts(err); apierrors.IsConflict(err) && len(cs) > 0 {
+			return &ConflictError{Object: ref, Conflicts: cs}
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return &InputError{Err: fmt.Errorf("apply %s: %w", ref, err)}
+		}
+		return fmt.Errorf("apply %s: %w", ref, err)
+	}
+	change := changeOf(live, out)
+	a.opts.logf("%s %s", ref, change)
+	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out})
+	return nil
+}
+
+// changeOf compares an object before and after an apply, leaving out what changes without the
+// object changing: managedFields, resourceVersion, generation, status.
+func changeOf(before, after *unstructured.Unstructured) Change {
+	if before == nil {
+		return Created
+	}
+	if reflect.DeepEqual(withoutBookkeeping(before), withoutBookkeeping(after)) {
+		return Unchanged
+	}
+	return Configured
+}
+
+func withoutBookkeeping(obj *unstructured.Unstructured) map[string]any {
+	c := obj.DeepCopy().Object
+	delete(c, "status")
+	if md, ok := c["metadata"].(map[string]any); ok {
+		for _, k := range []string{"managedFields", "resourceVersion", "generation"} {
+			delete(md, k)
+		}
+	}
+	return c
+}
+
+// established waits until the CRDs just applied are served.
+func (a *applier) established(ctx context.Context, crds []*unstructured.Unstructured) error {
+	if a.opts.DryRun {
+		return nil
+	}
+	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, crd := range crds {
+		a.opts.logf("waiting for %s to be established", RefOf(crd))
+		err := until(ctx, a.c.dyn.Resource(gvr), crd.GetName(), func(obj *unstructured.Unstructured) bool {
+			conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+			for _, c := range conditions {
+				c, _ := c.(map[string]any)
+				if c["type"] == "Established" && c["status"] == "True" {
+					return true
+				}
+			}
+			return false
+		})
+		if err != nil {
+			return fmt.Errorf("wait for %s to be established: %w", RefOf(crd), err)
+		}
+	}
+	return nil
+}

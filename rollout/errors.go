@@ -1,0 +1,93 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// InputError is an error in the objects given: a missing label, a kind the cluster does not
+// serve, an object the API server refuses as invalid. The command exits with its bad-input code.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// Conflict is one field another field manager owns.
+type Conflict struct {
+	Manager string `json:"manager"`
+	Field   string `json:"field"`
+}
+
+// ConflictError is a server-side apply refused because other managers own fields the manifests
+// set to other values.
+type ConflictError struct {
+	Object    Ref
+	Conflicts []Conflict
+}
+
+func (e *ConflictError) Error() string {
+	var managers []string
+	fields := make([]string, 0, len(e.Conflicts))
+	for _, c := range e.Conflicts {
+		if m := strconv.Quote(c.Manager); !slices.Contains(managers, m) {
+			managers = append(managers, m)
+		}
+		fields = append(fields, c.Field)
+	}
+	who := "another field manager"
+	switch {
+	case len(managers) == 1:
+		who = "field manager " + managers[0]
+	case len(managers) > 1:
+		who = "field managers " + strings.Join(managers, ", ")
+	}
+	return fmt.Sprintf("apply %s: %s owns %s with other values; run again with --force-conflicts "+
+		"to take them, or leave them out of the manifests", e.Object, who, strings.Join(fields, ", "))
+}
+
+var conflictManager = regexp.MustCompile(`conflict with "([^"]*)"`)
+
+// conflicts reads the fields and managers of a 409 from server-side apply: a Status whose causes
+// are FieldManagerConflict, each with the field and `conflict with "<manager>" ...`.
+func conflicts(err error) []Conflict {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return nil
+	}
+	var out []Conflict
+	for _, c := range status.Status().Details.Causes {
+		if c.Type != metav1.CauseTypeFieldManagerConflict {
+			continue
+		}
+		manager := c.Message
+		if m := conflictManager.FindStringSubmatch(c.Message); m != nil {
+			manager = m[1]
+		}
+		out = append(out, Conflict{Manager: manager, Field: c.Field})
+	}
+	return out
+}
+
+// TimeoutError is a wait that ran out of time, with what it was still waiting for.
+type TimeoutError struct {
+	Awaiting []Status
+}
+
+func (e *TimeoutError) Error() string {
+	parts := make([]string, 0, len(e.Awaiting))
+	for _, s := range e.Awaiting {
+		parts = append(parts, fmt.Sprintf("deployment %s: %s", s.Name, s.Message))
+	}
+	return "timed out waiting for " + strings.Join(parts, "; ")
+}
+
+// Unwrap lets errors.Is(err, context.DeadlineExceeded) hold.
+func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }

@@ -1,0 +1,234 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	revisionAnnotation = "deployment.kubernetes.io/revision"
+	timedOutReason     = "ProgressDeadlineExceeded"
+	templateHashLabel  = "pod-template-hash"
+)
+
+// failingReasons are the waiting reasons of a container that will not start without a change:
+// the kubelet keeps backing off, and the rollout cannot finish before the progress deadline.
+var failingReasons = []string{
+	"CrashLoopBackOff",
+	"ImagePullBackOff",
+	"ErrImagePull",
+	"CreateContainerConfigError",
+	"InvalidImageName",
+}
+
+// State is where one Deployment's rollout stands.
+type State struct {
+	Done    bool
+	Message string   // what is awaited, or that it rolled out
+	Failure *Failure // the rollout cannot succeed
+	// Recheck is when to look again although nothing changes: the end of an unschedulable
+	// pod's grace. Zero when nothing is due.
+	Recheck time.Time
+}
+
+// Failure is a rollout that cannot succeed, and why: the Deployment, and the pod and container
+// where the reason is one's.
+type Failure struct {
+	Namespace  string
+	Deployment string
+	Pod        string
+	Container  string
+	Reason     string
+	Message    string
+}
+
+func (f *Failure) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "deployment %s", f.Deployment)
+	if f.Pod != "" {
+		fmt.Fprintf(&b, ": pod %s", f.Pod)
+	}
+	if f.Container != "" {
+		fmt.Fprintf(&b, ", container %s", f.Container)
+	}
+	fmt.Fprintf(&b, ": %s", f.Reason)
+	if f.Message != "" {
+		fmt.Fprintf(&b, ": %s", f.Message)
+	}
+	return b.String()
+}
+
+// DeploymentStatus is kubectl rollout status's verdict on a Deployment (kubectl
+// pkg/polymorphichelpers/rollout_status.go), made stricter by status.terminatingReplicas where
+// the server reports it: done, or what is awaited, or a *Failure when the progress deadline has
+// passed.
+func DeploymentStatus(d *appsv1.Deployment) (done bool, message string, err error) {
+	if d.Generation > d.Status.ObservedGeneration {
+		return false, "waiting for the deployment spec update to be observed", nil
+	}
+	if c := condition(d, appsv1.DeploymentProgressing); c != nil && c.Reason == timedOutReason {
+		return false, "", &Failure{Namespace: d.Namespace, Deployment: d.Name, Reason: timedOutReason,
+			Message: c.Message}
+	}
+	s := d.Status
+	if d.Spec.Replicas != nil && s.UpdatedReplicas < *d.Spec.Replicas {
+		return false, fmt.Sprintf("%d of %d new replicas updated", s.UpdatedReplicas, *d.Spec.Replicas), nil
+	}
+	if s.Replicas > s.UpdatedReplicas {
+		return false, fmt.Sprintf("%d old replicas pending termination", s.Replicas-s.UpdatedReplicas), nil
+	}
+	if s.AvailableReplicas < s.UpdatedReplicas {
+		return false, fmt.Sprintf("%d of %d updated replicas available", s.AvailableReplicas, s.UpdatedReplicas), nil
+	}
+	if s.TerminatingReplicas != nil && *s.TerminatingReplicas > 0 {
+		return false, fmt.Sprintf("%d old pods terminating", *s.TerminatingReplicas), nil
+	}
+	return true, "rolled out", nil
+}
+
+func condition(d *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.DeploymentCondition {
+	for i := range d.Status.Conditions {
+		if d.Status.Conditions[i].Type == t {
+			return &d.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// NewReplicaSet is the Deployment's current ReplicaSet among rss: one it controls whose revision
+// is the Deployment's. Nil until the controller has made it and said so.
+func NewReplicaSet(d *appsv1.Deployment, rss []*appsv1.ReplicaSet) *appsv1.ReplicaSet {
+	revision := d.Annotations[revisionAnnotation]
+	if revision == "" || d.Generation > d.Status.ObservedGeneration {
+		return nil
+	}
+	for _, rs := range rss {
+		owner := metav1.GetControllerOf(rs)
+		if owner != nil && owner.UID == d.UID && rs.Annotations[revisionAnnotation] == revision {
+			return rs
+		}
+	}
+	return nil
+}
+
+// PodFailure says why a pod of a new ReplicaSet will not become ready without a change: a
+// container (or init container) waiting for one of failingReasons, or the pod unschedulable for
+// longer than grace. When the pod is unschedulable but within its grace, recheck is when the
+// grace ends.
+func PodFailure(pod *corev1.Pod, now time.Time, grace time.Duration) (f *Failure, recheck time.Time) {
+	if pod.DeletionTimestamp != nil {
+		return nil, time.Time{}
+	}
+	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
+	for _, c := range statuses {
+		if w := c.State.Waiting; w != nil && slices.Contains(failingReasons, w.Reason) {
+			return &Failure{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Reason: w.Reason,
+				Message: waitingMessage(c)}, time.Time{}
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
+			continue
+		}
+		since := c.LastTransitionTime.Time
+		if since.IsZero() {
+			since = pod.CreationTimestamp.Time
+		}
+		if end := since.Add(grace); now.Before(end) {
+			return nil, end
+		}
+		return &Failure{Namespace: pod.Namespace, Pod: pod.Name, Reason: corev1.PodReasonUnschedulable,
+			Message: fmt.Sprintf("%s (for %s)", c.Message, now.Sub(since).Round(time.Second))}, time.Time{}
+	}
+	return nil, time.Time{}
+}
+
+// waitingMessage is the kubelet's message, with the last exit where the container ran.
+func waitingMessage(c corev1.ContainerStatus) string {
+	msg := c.State.Waiting.Message
+	if t := c.LastTerminationState.Terminated; t != nil {
+		last := fmt.Sprintf("last exit code %d", t.ExitCode)
+		if t.Reason != "" {
+			last += " (" + t.Reason + ")"
+		}
+		if t.Message != "" {
+			last += ": " + strings.TrimSpace(t.Message)
+		}
+		if msg != "" {
+			msg += "; "
+		}
+		msg += fmt.Sprintf("%s, %d restarts", last, c.RestartCount)
+	}
+	return msg
+}
+
+// Terminating are the pods that have been told to go and are not gone yet.
+func Terminating(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Check is the whole verdict on a Deployment, given the ReplicaSets and pods its selector
+// matches: failed as soon as a failure is certain (the progress deadline passed, a pod of the new
+// ReplicaSet fails), done when kubectl's rollout conditions hold and no pod it selected is
+// terminating, else what is awaited.
+func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
+	done, message, err := DeploymentStatus(d)
+	if err != nil {
+		f := err.(*Failure)
+		return State{Message: f.Reason, Failure: f}
+	}
+	var recheck time.Time
+	if rs := NewReplicaSet(d, rss); rs != nil {
+		hash := rs.Labels[templateHashLabel]
+		for _, p := range sortedPods(pods) {
+			if hash == "" || p.Labels[templateHashLabel] != hash {
+				continue
+			}
+			f, at := PodFailure(p, now, grace)
+			if f != nil {
+				f.Deployment = d.Name
+				return State{Message: f.Reason, Failure: f}
+			}
+			if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
+				recheck = at
+			}
+		}
+	}
+	if !done {
+		return State{Message: message, Recheck: recheck}
+	}
+	if gone := Terminating(pods); len(gone) > 0 {
+		return State{Message: terminatingMessage(gone), Recheck: recheck}
+	}
+	return State{Done: true, Message: message}
+}
+
+func terminatingMessage(pods []*corev1.Pod) string {
+	names := make([]string, 0, len(pods))
+	for _, p := range sortedPods(pods) {
+		names = append(names, p.Name)
+	}
+	noun := "pods"
+	if len(names) == 1 {
+		noun = "pod"
+	}
+	return fmt.Sprintf("%d old %s terminating: %s", len(names), noun, strings.Join(names, ", "))
+}
+
+func sortedPods(pods []*corev1.Pod) []*corev1.Pod {
+	out := slices.Clone(pods)
+	slices.SortFunc(out, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
