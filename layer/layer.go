@@ -1,0 +1,430 @@
+package layer
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// CompressionLevel is the gzip level of every layer, with klauspost/compress's gzip (the one
+// go-containerregistry already depends on). Its level 6 compresses as gzip -6 does, at about
+// three times gzip -6's speed and faster than gzip -1 (see the package's benchmark). A layer's
+// digest depends on the compressor and its level: they change only with a reason written here.
+const CompressionLevel = 6
+
+// Option tunes Sources, SourcesOf, Dependencies and Global. Options a function does not use are
+// ignored by it.
+type Option func(*options)
+
+type options struct {
+	cacheRoot   string
+	npmCache    string
+	epoch       *time.Time
+	mediaType   types.MediaType
+	contextRoot string
+	registry    string
+	proxy       string
+	arguments   []string
+	baseNode    string
+	toolchain   *Toolchain
+	npmConfig   map[string]string
+	warn        func(string)
+}
+
+// WithCacheDir sets the cache's root folder. Default: $TOA_CACHE, else $HOME/.cache/toa-deploy.
+// Layers are kept under <root>/layers, npm's cache under <root>/npm.
+func WithCacheDir(root string) Option { return func(o *options) { o.cacheRoot = root } }
+
+// WithNpmCache sets npm's cache folder (npm --cache). Default: <cache root>/npm.
+func WithNpmCache(dir string) Option { return func(o *options) { o.npmCache = dir } }
+
+// WithEpoch sets the modification time of every entry. Default: $SOURCE_DATE_EPOCH, else 0
+// (1970-01-01). Sub-second parts are dropped.
+func WithEpoch(t time.Time) Option { return func(o *options) { o.epoch = &t } }
+
+// WithMediaType sets what MediaType() reports. Default: types.OCILayer. The bytes, and so the
+// digest, do not depend on it; match the base's layers (types.DockerLayer for a Docker v2 base).
+func WithMediaType(mt types.MediaType) Option { return func(o *options) { o.mediaType = mt } }
+
+// WithContextRoot names the Toa context's folder, whose .npmrc npm reads besides the component's.
+func WithContextRoot(dir string) Option { return func(o *options) { o.contextRoot = dir } }
+
+// WithRegistry sets npm's registry and proxy: the context's runtime.registry and runtime.proxy.
+// Empty strings leave npm's own configuration.
+func WithRegistry(registry, proxy string) Option {
+	return func(o *options) { o.registry, o.proxy = registry, proxy }
+}
+
+// WithArguments names the environment variables handed to npm: registry.build.arguments. npm
+// runs in the runner's environment, so they reach it (and the ${NAME} of an .npmrc) as they are;
+// a name not set on the runner is reported as a warning. Their values are in no layer and no
+// cache key.
+func WithArguments(names ...string) Option {
+	return func(o *options) { o.arguments = append(o.arguments, names...) }
+}
+
+// WithBaseNode gives the version of Node in the base image of the platform ("24.14.0", or its
+// NODE_VERSION "v24.14.0"). When its major differs from the runner's, packages that build native
+// code are refused and install scripts are skipped. Without it, the runner's Node is assumed.
+func WithBaseNode(version string) Option { return func(o *options) { o.baseNode = version } }
+
+// WithToolchain gives the runner's node and npm versions, as DetectToolchain found them, so that
+// they are not asked for again. They are part of the cache keys.
+func WithToolchain(t Toolchain) Option { return func(o *options) { o.toolchain = &t } }
+
+// WithNpmConfig adds npm configuration, as `npm config set key value` lines of build.run give it
+// (see ParseRun). It is written to the .npmrc npm reads for the install, below the context's and
+// the component's own .npmrc files, and never into a layer. Values may use ${NAME} of the runner's
+// environment.
+func WithNpmConfig(config map[string]string) Option {
+	return func(o *options) {
+		if o.npmConfig == nil {
+			o.npmConfig = map[string]string{}
+		}
+		for k, v := range config {
+			o.npmConfig[k] = v
+		}
+	}
+}
+
+// WithWarnings receives what deserves the user's attention but does not stop the build: an
+// install without a lockfile, npm's own warnings, an argument not set. Default: dropped.
+func WithWarnings(warn func(string)) Option { return func(o *options) { o.warn = warn } }
+
+func newOptions(opts []Option) (*options, error) {
+	o := &options{mediaType: types.OCILayer, warn: func(string) {}}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.cacheRoot == "" {
+		root, err := DefaultCacheDir()
+		if err != nil {
+			return nil, err
+		}
+		o.cacheRoot = root
+	}
+	if o.npmCache == "" {
+		o.npmCache = filepath.Join(o.cacheRoot, "npm")
+	}
+	return o, nil
+}
+
+// DefaultCacheDir is $TOA_CACHE, else $HOME/.cache/toa-deploy.
+func DefaultCacheDir() (string, error) {
+	if dir := os.Getenv("TOA_CACHE"); dir != "" {
+		return dir, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the cache folder: %w; set TOA_CACHE", err)
+	}
+	return filepath.Join(home, ".cache", "toa-deploy"), nil
+}
+
+// mtime is the time every entry carries.
+func (o *options) mtime() (time.Time, error) {
+	if o.epoch != nil {
+		return time.Unix(o.epoch.Unix(), 0).UTC(), nil
+	}
+	s := strings.TrimSpace(os.Getenv("SOURCE_DATE_EPOCH"))
+	if s == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 1<<33-1 {
+		return time.Time{}, &toa.Error{Key: "SOURCE_DATE_EPOCH", Message: fmt.Sprintf("'%s' is not a time", s),
+			Hint: "set it to a number of seconds since 1970-01-01, like `git log -1 --format=%ct`, or unset it"}
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+func (o *options) layersDir() string { return filepath.Join(o.cacheRoot, "layers") }
+
+// Platform is what a layer of installed packages is for: an image platform and the C library of
+// the base image.
+type Platform struct {
+	OS           string // "linux"
+	Architecture string // "amd64", "arm64", "arm", as in OCI
+	Variant      string // "v7" for arm/v7, may be empty
+	Libc         string // "glibc" or "musl"
+}
+
+// ParsePlatform reads a platform as registry.platforms spells it ("linux/arm/v7") with the base's
+// C library.
+func ParsePlatform(s, libc string) (Platform, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return Platform{}, fmt.Errorf("platform '%s' is not os/architecture[/variant]", s)
+	}
+	p := Platform{OS: parts[0], Architecture: parts[1], Libc: libc}
+	if len(parts) == 3 {
+		p.Variant = parts[2]
+	}
+	return p, nil
+}
+
+// String spells the platform as "linux/arm/v7 (musl)".
+func (p Platform) String() string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	if p.Libc != "" {
+		s += " (" + p.Libc + ")"
+	}
+	return s
+}
+
+// nodeArch maps OCI architectures to Node's process.arch, which npm's --cpu and packages' "cpu"
+// fields use.
+var nodeArch = map[string]string{
+	"amd64": "x64", "arm64": "arm64", "arm": "arm", "386": "ia32", "ppc64le": "ppc64",
+	"s390x": "s390x", "riscv64": "riscv64", "loong64": "loong64", "mips64le": "mips64el",
+}
+
+// npm checks the platform and returns npm's --cpu for it.
+func (p Platform) npm() (cpu string, err error) {
+	if p.OS != "linux" {
+		return "", &toa.Error{Key: "registry.platforms", Message: fmt.Sprintf("%s: images of Toa run on linux", p),
+			Hint: "name linux platforms, like linux/amd64"}
+	}
+	cpu, ok := nodeArch[p.Architecture]
+	if !ok {
+		return "", &toa.Error{Key: "registry.platforms", Message: fmt.Sprintf("%s: Node.js has no build for the architecture '%s'", p, p.Architecture)}
+	}
+	if p.Libc != "glibc" && p.Libc != "musl" {
+		return "", fmt.Errorf("platform %s: libc is '%s', not glibc or musl", p, p.Libc)
+	}
+	return cpu, nil
+}
+
+// fileLayer is a compressed layer in the cache.
+type fileLayer struct {
+	path      string
+	digest    v1.Hash
+	diffID    v1.Hash
+	size      int64
+	mediaType types.MediaType
+}
+
+var _ v1.Layer = (*fileLayer)(nil)
+
+func (l *fileLayer) Digest() (v1.Hash, error)             { return l.digest, nil }
+func (l *fileLayer) DiffID() (v1.Hash, error)             { return l.diffID, nil }
+func (l *fileLayer) Size() (int64, error)                 { return l.size, nil }
+func (l *fileLayer) MediaType() (types.MediaType, error)  { return l.mediaType, nil }
+func (l *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
+func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return gunzip(l.path) }
+
+func gunzip(path string) (io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	z, err := gzip.NewReader(bufio.NewReaderSize(f, 256<<10))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return &readCloser{Reader: z, close: func() error { z.Close(); return f.Close() }}, nil
+}
+
+type readCloser struct {
+	io.Reader
+	close func() error
+}
+
+func (r *readCloser) Close() error { return r.close() }
+
+// lazyLayer writes its tar stream the first time one of its methods is called, and serves every
+// call from the compressed file it wrote.
+type lazyLayer struct {
+	mediaType types.MediaType
+	write     func() (*fileLayer, error)
+	once      sync.Once
+	layer     *fileLayer
+	err       error
+}
+
+var _ v1.Layer = (*lazyLayer)(nil)
+
+func (l *lazyLayer) get() (*fileLayer, error) {
+	l.once.Do(func() { l.layer, l.err = l.write() })
+	return l.layer, l.err
+}
+
+func (l *lazyLayer) Digest() (v1.Hash, error) {
+	fl, err := l.get()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return fl.digest, nil
+}
+
+func (l *lazyLayer) DiffID() (v1.Hash, error) {
+	fl, err := l.get()
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return fl.diffID, nil
+}
+
+func (l *lazyLayer) Size() (int64, error) {
+	fl, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return fl.size, nil
+}
+
+func (l *lazyLayer) MediaType() (types.MediaType, error) { return l.mediaType, nil }
+
+func (l *lazyLayer) Compressed() (io.ReadCloser, error) {
+	fl, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return fl.Compressed()
+}
+
+func (l *lazyLayer) Uncompressed() (io.ReadCloser, error) {
+	fl, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return fl.Uncompressed()
+}
+
+// countingHash is a hash that counts what it is given.
+type countingHash struct {
+	hash.Hash
+	n int64
+}
+
+func (c *countingHash) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.Hash.Write(p)
+}
+
+// writeLayer runs fill on a tar stream that goes through gzip into the cache, in one pass, and
+// returns the layer it made: <root>/layers/sha256/<hex of the compressed digest>.tar.gz.
+func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
+	mtime, err := o.mtime()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(o.layersDir(), "sha256")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create the layer cache: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".partial-*")
+	if err != nil {
+		return nil, fmt.Errorf("create the layer cache: %w", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	compressed := &countingHash{Hash: sha256.New()}
+	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
+	z, _ := gzip.NewWriterLevel(buffered, CompressionLevel)
+	uncompressed := sha256.New()
+	tw := newTarWriter(io.MultiWriter(z, uncompressed), mtime)
+	if err := fill(tw); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := z.Close(); err != nil {
+		return nil, err
+	}
+	if err := buffered.Flush(); err != nil {
+		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
+	}
+	l := &fileLayer{
+		digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
+		diffID:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
+		size:      compressed.n,
+		mediaType: o.mediaType,
+	}
+	l.path = filepath.Join(dir, l.digest.Hex+".tar.gz")
+	if err := os.Rename(f.Name(), l.path); err != nil {
+		return nil, fmt.Errorf("keep the layer in the cache: %w", err)
+	}
+	done = true
+	return l, nil
+}
+
+// record is what the cache keeps under a key: the layer it made.
+type record struct {
+	Digest string `json:"digest"`
+	DiffID string `json:"diffID"`
+	Size   int64  `json:"size"`
+}
+
+func (o *options) recordPath(kind, key string) string {
+	return filepath.Join(o.layersDir(), kind, key+".json")
+}
+
+// lookup returns the layer kept under key, or nil when there is none (or it is gone).
+func (o *options) lookup(kind, key string) *fileLayer {
+	data, err := os.ReadFile(o.recordPath(kind, key))
+	if err != nil {
+		return nil
+	}
+	var r record
+	if json.Unmarshal(data, &r) != nil {
+		return nil
+	}
+	digest, err1 := v1.NewHash(r.Digest)
+	diffID, err2 := v1.NewHash(r.DiffID)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+".tar.gz"),
+		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType}
+	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
+		return nil
+	}
+	return l
+}
+
+// keep records l under key.
+func (o *options) keep(kind, key string, l *fileLayer) error {
+	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
+	path := o.recordPath(kind, key)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".partial-" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
