@@ -5,9 +5,19 @@ package layer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"hash"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies
@@ -40,4 +50,344 @@ func version(ctx context.Context, tool string) (string, error) {
 		return "", fmt.Errorf("run %s --version: %w", tool, err)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// runner is the machine npm runs on, as node sees it.
+type runner struct {
+	Toolchain
+	OS       string // process.platform: "linux"
+	CPU      string // process.arch: "x64"
+	Libc     string // "glibc", "musl", or "" off linux
+	Modules  string // process.versions.modules: the ABI of native addons
+	ExecPath string // node's own path
+}
+
+var detected struct {
+	sync.Mutex
+	r *runner
+}
+
+// detectRunner asks node and npm once per process; a failure is not remembered.
+func detectRunner(ctx context.Context) (*runner, error) {
+	detected.Lock()
+	defer detected.Unlock()
+	if detected.r != nil {
+		return detected.r, nil
+	}
+	tools, err := DetectToolchain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	node, _ := exec.LookPath("node")
+	const script = `if (process.report.excludeNetwork !== undefined) process.report.excludeNetwork = true
+const r = process.report.getReport(), h = r.header || {}
+let libc = ''
+if (process.platform === 'linux') libc = h.glibcVersionRuntime ? 'glibc' : (r.sharedObjects || []).some(f => /ld-musl-|libc\.musl-/.test(f)) ? 'musl' : ''
+console.log(JSON.stringify({os: process.platform, cpu: process.arch, libc, modules: process.versions.modules, execPath: process.execPath}))`
+	out, err := exec.CommandContext(ctx, node, "-e", script).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ask node for its platform: %w", err)
+	}
+	var v struct{ OS, CPU, Libc, Modules, ExecPath string }
+	if err := json.Unmarshal(out, &v); err != nil {
+		return nil, fmt.Errorf("ask node for its platform: %w", err)
+	}
+	detected.r = &runner{Toolchain: tools, OS: v.OS, CPU: v.CPU, Libc: v.Libc, Modules: v.Modules, ExecPath: v.ExecPath}
+	return detected.r, nil
+}
+
+// String spells the runner as "linux/x64 glibc, Node 20.20.2".
+func (r *runner) String() string {
+	s := r.OS + "/" + r.CPU
+	if r.Libc != "" {
+		s += " " + r.Libc
+	}
+	return s + ", Node " + r.Node
+}
+
+// runnerFor is the runner with the toolchain the options give, if they give one.
+func (o *options) runner(ctx context.Context) (*runner, error) {
+	r, err := detectRunner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if o.toolchain != nil {
+		copied := *r
+		copied.Toolchain = *o.toolchain
+		return &copied, nil
+	}
+	return r, nil
+}
+
+// major is the major of a Node version: "v24.14.0" → "24".
+func major(version string) string {
+	v := strings.TrimPrefix(strings.TrimSpace(version), "v")
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		v = v[:i]
+	}
+	return v
+}
+
+// nodeABI are the NODE_MODULE_VERSION of Node's majors, which abi<N> prebuilds are tagged with.
+var nodeABI = map[string]string{"16": "93", "17": "102", "18": "108", "19": "111", "20": "115",
+	"21": "120", "22": "127", "23": "131", "24": "137", "25": "141"}
+
+// install is one npm run that installs packages for a platform.
+type install struct {
+	platform Platform
+	cpu      string
+	runner   *runner
+	// foreign is true when the target's os, cpu or libc is not the runner's: install scripts are
+	// skipped, and packages that build native code refused.
+	foreign bool
+	// otherNode is true when the base's Node major is not the runner's: the same, for native
+	// code built for the wrong ABI and scripts run by the wrong Node.
+	otherNode bool
+	baseNode  string // the base's Node version, or the runner's
+}
+
+func (o *options) newInstall(ctx context.Context, p Platform) (*install, error) {
+	cpu, err := p.npm()
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.runner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in := &install{platform: p, cpu: cpu, runner: r, baseNode: r.Node}
+	in.foreign = r.OS != p.OS || r.CPU != cpu || r.Libc != p.Libc
+	if o.baseNode != "" {
+		in.baseNode = strings.TrimPrefix(o.baseNode, "v")
+		in.otherNode = major(o.baseNode) != major(r.Node)
+	}
+	return in, nil
+}
+
+// skipScripts is true when npm runs with --ignore-scripts.
+func (in *install) skipScripts() bool { return in.foreign || in.otherNode }
+
+// args are the flags every install for the platform gets.
+func (in *install) args(o *options) []string {
+	args := []string{"--omit=dev", "--os=" + in.platform.OS, "--cpu=" + in.cpu, "--libc=" + in.platform.Libc,
+		"--no-audit", "--no-fund", "--no-update-notifier", "--cache=" + o.npmCache}
+	if in.skipScripts() {
+		args = append(args, "--ignore-scripts")
+	}
+	if o.registry != "" {
+		args = append(args, "--registry="+o.registry)
+	}
+	if o.proxy != "" {
+		args = append(args, "--proxy="+o.proxy)
+	}
+	return args
+}
+
+// key writes what the install depends on besides its packages.
+func (in *install) key(k *keyHash, o *options) {
+	k.field("platform", in.platform.String())
+	k.field("runner", in.runner.OS+"/"+in.runner.CPU+"/"+in.runner.Libc)
+	k.field("node", in.runner.Node)
+	k.field("npm", in.runner.Npm)
+	k.field("base node", major(in.baseNode))
+	k.field("registry", o.registry)
+	k.field("proxy", o.proxy)
+	k.field("user config", stripAuth(readOptional(userConfig())))
+	k.field("global config", stripAuth(readOptional(globalConfig(in.runner))))
+	k.field("environment", npmEnvironment())
+}
+
+// keyHash is a sha256 of named fields, each length-prefixed so that no two lists of fields
+// hash alike.
+type keyHash struct{ h hash.Hash }
+
+func newKey(kind string) *keyHash {
+	k := &keyHash{h: sha256.New()}
+	k.field("toa-deploy layer", kind+" 1")
+	return k
+}
+
+func (k *keyHash) field(name, value string) {
+	fmt.Fprintf(k.h, "%s %d\n%s\n", name, len(value), value)
+}
+
+func (k *keyHash) String() string { return hex.EncodeToString(k.h.Sum(nil)) }
+
+// npmRuns counts npm's runs, for the tests of the cache.
+var npmRuns atomic.Int64
+
+// runNpm runs npm in dir and returns what it wrote (its last 256 KiB).
+func runNpm(ctx context.Context, dir string, args ...string) (string, error) {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return "", fmt.Errorf("npm is not on PATH: toa-push installs the dependencies with the runner's npm; install Node.js")
+	}
+	npmRuns.Add(1)
+	cmd := exec.CommandContext(ctx, npm, args...)
+	cmd.Dir = dir
+	cmd.Env = environment()
+	out := &tail{max: 256 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = 10 * time.Second
+	processGroup(cmd)
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return out.String(), ctx.Err()
+	}
+	return out.String(), err
+}
+
+// environment is the runner's, for npm: NODE_ENV=production as in the image, and without the
+// variables that would move the install elsewhere (npm_config_prefix, _global, _location, as
+// `npm run` sets them when toa-push runs from a script).
+func environment() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch strings.ToLower(k) {
+		case "npm_config_prefix", "npm_config_global", "npm_config_location", "npm_config_local_prefix", "node_env":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "NODE_ENV=production")
+}
+
+// npmEnvironment is the npm configuration in the environment, without credentials: part of the
+// cache keys.
+func npmEnvironment() string {
+	var lines []string
+	for _, kv := range environment() {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(strings.ToLower(k), "npm_config_") && !isAuthKey(k) {
+			lines = append(lines, strings.ToLower(k)+"="+v)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// userConfig is the runner's user .npmrc as npm finds it.
+func userConfig() string {
+	for _, k := range []string{"npm_config_userconfig", "NPM_CONFIG_USERCONFIG"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".npmrc")
+}
+
+// globalConfig is the runner's global npmrc as npm finds it: <node's prefix>/etc/npmrc.
+func globalConfig(r *runner) string {
+	for _, k := range []string{"npm_config_globalconfig", "NPM_CONFIG_GLOBALCONFIG"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	prefix := os.Getenv("PREFIX")
+	if prefix == "" {
+		if r.ExecPath == "" {
+			return ""
+		}
+		prefix = filepath.Dir(filepath.Dir(r.ExecPath))
+	}
+	return filepath.Join(prefix, "etc", "npmrc")
+}
+
+func readOptional(path string) string {
+	if path == "" {
+		return ""
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return string(data)
+}
+
+// isAuthKey reports whether an npm configuration key holds a credential, which a cache key
+// leaves out: a new token installs the same packages.
+func isAuthKey(key string) bool {
+	k := strings.ToLower(key)
+	for _, s := range []string{"_auth", "token", "password", "username", "email", "otp", "certfile", "keyfile"} {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return k == "cert" || k == "key" || strings.HasSuffix(k, ":cert") || strings.HasSuffix(k, ":key") ||
+		strings.HasSuffix(k, "_cert") || strings.HasSuffix(k, "_key")
+}
+
+// stripAuth drops the lines of an .npmrc that hold credentials.
+func stripAuth(npmrc string) string {
+	var lines []string
+	for _, line := range strings.Split(npmrc, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == ';' || line[0] == '#' {
+			continue
+		}
+		k, _, _ := strings.Cut(line, "=")
+		if !isAuthKey(strings.TrimSpace(k)) {
+			lines = append(lines, line)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// npmrcOf writes configuration as .npmrc lines, in the order of the keys.
+func npmrcOf(config map[string]string) string {
+	keys := make([]string, 0, len(config))
+	for k := range config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, config[k])
+	}
+	return b.String()
+}
+
+// warnings are npm's "npm warn" lines.
+func warnings(output string) []string {
+	var w []string
+	for _, line := range strings.Split(output, "\n") {
+		rest, ok := strings.CutPrefix(line, "npm warn ")
+		if rest = strings.TrimPrefix(rest, "install-scripts"); ok && strings.TrimSpace(rest) != "" {
+			w = append(w, strings.TrimSpace(rest))
+		}
+	}
+	return w
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	max int
+	buf []byte
+	cut bool
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+		t.cut = true
+	}
+	if t.cut {
+		return "...\n" + string(b)
+	}
+	return string(b)
 }

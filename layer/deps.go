@@ -1,0 +1,369 @@
+package layer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// ErrLockfileOutOfSync is what the *toa.Error of an out-of-sync package-lock.json wraps.
+var ErrLockfileOutOfSync = errors.New("package-lock.json is out of sync with package.json")
+
+// ErrNativeCode is what the *toa.Error of packages that build native code for another platform
+// wraps.
+var ErrNativeCode = errors.New("packages build native code at install")
+
+// Dependencies is the layer of the component's production dependencies for the platform:
+// /composition/<label>/node_modules as npm on the runner installs it into a staging folder, with
+// --omit=dev --os linux --cpu <arch> --libc <libc>, so that each platform gets its own prebuilt
+// optional packages.
+//
+// With a package-lock.json (or npm-shrinkwrap.json) npm runs `npm ci`; a lockfile out of sync with
+// package.json is a *toa.Error wrapping ErrLockfileOutOfSync that says to run `npm install` and
+// commit the lockfile. Without one it runs `npm install` and warns (WithWarnings) that the
+// install is not reproducible. npm reads the runner's configuration, the context's .npmrc
+// (WithContextRoot) and the component's, WithNpmConfig and WithRegistry; no .npmrc reaches the
+// layer. `file:` dependencies are installed as copies (--install-links), not as links that
+// would point out of the image.
+//
+// For a foreign target (its os, cpu or libc is not the runner's) or a base whose Node major is
+// not the runner's (WithBaseNode), npm runs with --ignore-scripts, and packages that build or
+// download native code at install are refused: a *toa.Error wrapping ErrNativeCode names every
+// one and what to do. On the runner's own platform npm runs scripts as its allowScripts setting
+// says.
+//
+// A component without a package.json, or whose package.json has no "dependencies" or
+// "optionalDependencies", has no layer: Dependencies returns nil, nil.
+//
+// The layer is kept in the cache under a key of everything the install reads (package.json,
+// the lockfile, `file:` dependencies' contents, platform, the runner's node and npm, the base's
+// Node major, registry, proxy, the .npmrc files and npm_config_* variables without credentials),
+// so an unchanged component's layer is the same blob, and costs no npm run.
+func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Option) (v1.Layer, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkLabel(c); err != nil {
+		return nil, err
+	}
+	if c.PackageJSON == "" {
+		return nil, nil
+	}
+	pkgData, err := os.ReadFile(c.PackageJSON)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", c.PackageJSON, err)
+	}
+	var pkg manifest
+	if err := json.Unmarshal(pkgData, &pkg); err != nil {
+		return nil, &toa.Error{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error()}
+	}
+	if len(pkg.Dependencies) == 0 && len(pkg.OptionalDependencies) == 0 {
+		return nil, nil
+	}
+	in, err := o.newInstall(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	o.checkArguments()
+
+	lockPath := c.PackageLock
+	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
+		lockPath = shrinkwrap
+	}
+	var lockData []byte
+	if lockPath != "" {
+		if lockData, err = os.ReadFile(lockPath); err != nil {
+			return nil, fmt.Errorf("read %s: %w", lockPath, err)
+		}
+	} else {
+		o.warn(fmt.Sprintf("%s has no package-lock.json: npm install resolves its dependencies anew, so its images are not reproducible; run `npm install` in %s and commit package-lock.json",
+			c.Locator.ID, c.Path))
+	}
+	npmrc, err := o.projectNpmrc(c)
+	if err != nil {
+		return nil, err
+	}
+	locals := localDependencies(c.Path, pkg, lockData)
+
+	key := newKey("dependencies")
+	key.field("label", c.Locator.Label)
+	key.field("package.json", string(pkgData))
+	key.field(filepath.Base(lockPath), string(lockData))
+	key.field("npmrc", stripAuth(npmrc))
+	key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
+	in.key(key, o)
+	for _, l := range locals {
+		key.field("local "+l, hashLocal(l))
+	}
+	k := key.String()
+	if l := o.lookup("deps", k); l != nil {
+		return l, nil
+	}
+
+	staging, err := o.staging(c.Locator.Label)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(staging)
+	// the component's own path under the staging root, so that relative `file:` paths find
+	// their mirrors there
+	dir := filepath.Join(staging, c.Path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := mirror(staging, dir, locals); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{"package.json": pkgData}
+	if lockPath != "" {
+		files[filepath.Base(lockPath)] = lockData
+	}
+	if npmrc != "" {
+		files[".npmrc"] = []byte(npmrc)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+
+	verb := "ci"
+	if lockPath == "" {
+		verb = "install"
+	}
+	args := append([]string{verb, "--prefix=" + dir, "--install-links"}, in.args(o)...)
+	out, err := runNpm(ctx, dir, args...)
+	if w := warnings(out); len(w) > 0 {
+		o.warn(fmt.Sprintf("npm %s for %s on %s:\n  %s", verb, c.Locator.ID, p, strings.Join(w, "\n  ")))
+	}
+	if err != nil {
+		if strings.Contains(out, "can only install packages when your package.json and package-lock.json") {
+			return nil, &toa.Error{File: lockPath, Err: ErrLockfileOutOfSync,
+				Message: "is out of sync with package.json" + missing(out),
+				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(lockPath))}
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, p, err)
+		}
+		return nil, fmt.Errorf("install the dependencies of %s for %s: npm %s: %w\n%s", c.Locator.ID, p, verb, err, indent(out))
+	}
+	modules := filepath.Join(dir, "node_modules")
+	if in.foreign || in.otherNode {
+		natives, err := findNative(modules, in)
+		if err != nil {
+			return nil, err
+		}
+		if len(natives) > 0 {
+			return nil, nativeError(c.PackageJSON, "", in, natives)
+		}
+	}
+	l, err := o.writeLayer(func(w *tarWriter) error {
+		dst := Root + "/" + c.Locator.Label + "/node_modules"
+		if !fileExists(modules) {
+			return w.dir(dst)
+		}
+		return w.tree(modules, dst, treeOptions{skip: installedExcluded})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("write the dependencies layer of %s for %s: %w", c.Locator.ID, p, err)
+	}
+	if err := o.keep("deps", k, l); err != nil {
+		return nil, fmt.Errorf("keep the dependencies layer of %s in the cache: %w", c.Locator.ID, err)
+	}
+	return l, nil
+}
+
+// installedExcluded are left out of what npm installs: configuration that may hold credentials,
+// and repositories of git dependencies.
+var installedExcluded = map[string]bool{".npmrc": true, ".git": true}
+
+// manifest is what Dependencies reads of a package.json.
+type manifest struct {
+	Dependencies         map[string]any `json:"dependencies"`
+	OptionalDependencies map[string]any `json:"optionalDependencies"`
+}
+
+// checkArguments warns of arguments the runner's environment lacks.
+func (o *options) checkArguments() {
+	for _, name := range o.arguments {
+		if _, ok := os.LookupEnv(name); !ok {
+			o.warn(fmt.Sprintf("registry.build.arguments names %s, which is not set in this environment: npm runs without it", name))
+		}
+	}
+}
+
+// projectNpmrc is the .npmrc of the staging folder: the configuration of build.run lines, then
+// the context's .npmrc, then the component's, so that the nearer file wins where they disagree.
+func (o *options) projectNpmrc(c *toa.Component) (string, error) {
+	var b strings.Builder
+	if len(o.npmConfig) > 0 {
+		b.WriteString(npmrcOf(o.npmConfig))
+	}
+	paths := []string{}
+	if o.contextRoot != "" {
+		paths = append(paths, filepath.Join(o.contextRoot, ".npmrc"))
+	}
+	if own := filepath.Join(c.Path, ".npmrc"); len(paths) == 0 || own != paths[0] {
+		paths = append(paths, own)
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s: %w", path, err)
+		}
+		b.Write(data)
+		b.WriteString("\n")
+	}
+	return b.String(), nil
+}
+
+// staging makes a folder for one install, under the cache so that the layer is written on the
+// same file system.
+func (o *options) staging(name string) (string, error) {
+	dir := filepath.Join(o.cacheRoot, "tmp")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create a staging folder: %w", err)
+	}
+	staging, err := os.MkdirTemp(dir, name+"-")
+	if err != nil {
+		return "", fmt.Errorf("create a staging folder: %w", err)
+	}
+	return staging, nil
+}
+
+// localDependencies are the absolute paths of the component's `file:` dependencies, from its
+// package.json and from the folders its lockfile names besides node_modules.
+func localDependencies(dir string, pkg manifest, lock []byte) []string {
+	set := map[string]bool{}
+	add := func(spec string) {
+		spec = strings.TrimPrefix(spec, "file:")
+		if spec == "" || !(strings.HasPrefix(spec, ".") || strings.HasPrefix(spec, "/")) {
+			return
+		}
+		if !filepath.IsAbs(spec) {
+			spec = filepath.Join(dir, spec)
+		}
+		set[filepath.Clean(spec)] = true
+	}
+	for _, deps := range []map[string]any{pkg.Dependencies, pkg.OptionalDependencies} {
+		for _, v := range deps {
+			if s, ok := v.(string); ok && (strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") || strings.HasPrefix(s, "/")) {
+				add(s)
+			}
+		}
+	}
+	var l struct {
+		Packages map[string]struct {
+			Resolved string `json:"resolved"`
+		} `json:"packages"`
+	}
+	if json.Unmarshal(lock, &l) == nil {
+		for key, p := range l.Packages {
+			if key != "" && !strings.HasPrefix(key, "node_modules/") && !strings.Contains(key, "/node_modules/") {
+				add(key)
+			}
+			if strings.HasPrefix(p.Resolved, "file:") && !strings.Contains(key, "/node_modules/") {
+				add(p.Resolved)
+			}
+		}
+	}
+	list := make([]string, 0, len(set))
+	for p := range set {
+		list = append(list, p)
+	}
+	sort.Strings(list)
+	return list
+}
+
+// mirror links each local dependency at its own absolute path under the staging root, where
+// the component's relative paths lead from the component's folder mirrored there.
+func mirror(staging, dir string, locals []string) error {
+	var done []string
+	for _, target := range locals { // sorted: a folder comes before what is in it
+		covered := false
+		for _, d := range done {
+			if strings.HasPrefix(target, d+string(filepath.Separator)) {
+				covered = true
+			}
+		}
+		link := filepath.Join(staging, target)
+		if covered || link == dir || strings.HasPrefix(dir, link+string(filepath.Separator)) {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		done = append(done, target)
+	}
+	return nil
+}
+
+// hashLocal is a hash of a local dependency's files, folder or tarball.
+func hashLocal(path string) string {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	if info.IsDir() {
+		h, err := toa.HashFiles(path)
+		if err != nil {
+			return "unreadable"
+		}
+		return h
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "unreadable"
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+var missingLine = regexp.MustCompile(`(?m)^npm error ((?:Missing|Invalid): .*)$`)
+
+// missing lists what npm ci said the lockfile lacks.
+func missing(out string) string {
+	m := missingLine.FindAllStringSubmatch(out, 20)
+	if len(m) == 0 {
+		return ""
+	}
+	var lines []string
+	for _, s := range m {
+		lines = append(lines, s[1])
+	}
+	return ":\n    " + strings.Join(lines, "\n    ")
+}
+
+// indent shows npm's output under an error.
+func indent(out string) string {
+	out = strings.TrimRight(out, "\n")
+	lines := strings.Split(out, "\n")
+	if len(lines) > 40 {
+		lines = append([]string{"..."}, lines[len(lines)-40:]...)
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
