@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -47,15 +48,50 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	for _, w := range app.Warnings {
 		log.Warn(w)
 	}
-	if !c.Plan {
-		return &cli.BadInput{Err: errors.New("building and pushing images is not implemented yet: run toa-push --plan")}
+	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile))
+	if err != nil {
+		return &cli.BadInput{Err: err}
 	}
-	plan, err := c.plan(ctx, app)
+	tools, err := layer.DetectToolchain(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := c.plan(ctx, app, reg, tools)
 	if err != nil {
 		return err
 	}
 	for _, w := range plan.Warnings {
 		log.Warn(w)
+	}
+	if c.Plan {
+		return c.writePlan(ctx, log, app, plan, reg)
+	}
+	display := cli.NewDisplay(os.Stderr)
+	layers := image.NewLayers(app, tools, layer.WithWarnings(func(w string) { display.Print("warning: " + w) }))
+	result, err := image.Push(ctx, app, plan, image.PushOptions{
+		Registries: reg,
+		Layers:     layers,
+		CacheDir:   cacheDir(),
+		Events:     func(e image.Event) { display.Set(e.Image, e.Message) },
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeKustomization(app, plan, c.Kustomization, result.Digests()); err != nil {
+		return err
+	}
+	if c.Output == cli.JSON {
+		return writePushJSON(os.Stdout, app, result, c.Kustomization)
+	}
+	return writePushText(os.Stdout, result, c.Kustomization)
+}
+
+// writePlan prints the plan and writes the kustomization with what is known: the digests of the
+// images the registry already has, the plan's tags for the others.
+func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, reg *image.Registries) error {
+	digests, err := image.Probe(ctx, reg, plan)
+	if err != nil {
+		log.Warnf("the registry could not be asked which images it has: %v", err)
 	}
 	if c.Output == cli.JSON {
 		err = writePlanJSON(os.Stdout, app, plan)
@@ -66,7 +102,7 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 		return err
 	}
 	var notWritten *notWrittenError
-	switch err := writeKustomization(app, plan, c.Kustomization, nil); {
+	switch err := writeKustomization(app, plan, c.Kustomization, digests); {
 	case errors.As(err, &notWritten):
 		log.Warn(err.Error())
 	case err != nil:
@@ -92,24 +128,35 @@ func (c *pushCommand) load() (*toa.Application, error) {
 	return nil, err
 }
 
-func (c *pushCommand) plan(ctx context.Context, app *toa.Application) (*image.Plan, error) {
-	tools, err := layer.DetectToolchain(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (c *pushCommand) plan(ctx context.Context, app *toa.Application, reg *image.Registries, tools layer.Toolchain) (*image.Plan, error) {
 	refs, err := image.Bases(app, c.Mono)
 	if err != nil {
 		return nil, err
 	}
-	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile))
+	bases := make([]*image.Base, len(refs))
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+			defer cancel()
+			bases[i] = image.ResolveBase(rctx, reg, ref)
+		}()
+	}
+	wg.Wait()
+	resolved := map[string]*image.Base{}
+	for i, ref := range refs {
+		resolved[ref] = bases[i]
+	}
+	return image.NewPlan(app, image.PlanOptions{Mono: c.Mono, Toolchain: tools, Bases: resolved})
+}
+
+// cacheDir is where toa-push keeps what it learnt: layers, npm's cache, the bases' libc.
+func cacheDir() string {
+	dir, err := layer.DefaultCacheDir()
 	if err != nil {
-		return nil, &cli.BadInput{Err: err}
+		return ""
 	}
-	bases := map[string]*image.Base{}
-	for _, ref := range refs {
-		rctx, cancel := context.WithTimeout(ctx, c.Timeout)
-		bases[ref] = image.ResolveBase(rctx, reg, ref)
-		cancel()
-	}
-	return image.NewPlan(app, image.PlanOptions{Mono: c.Mono, Toolchain: tools, Bases: bases})
+	return dir
 }

@@ -1,0 +1,52 @@
+package image
+
+import (
+	"context"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// npmLayers makes the layers with the layer package: npm on the runner, files from the folders.
+type npmLayers struct {
+	opts []layer.Option
+}
+
+// NewLayers returns the layers of an application's images as the layer package makes them,
+// configured by the context: the npm registry and proxy it names, the build arguments handed to
+// npm, the context's .npmrc.
+func NewLayers(app *toa.Application, tools layer.Toolchain, opts ...layer.Option) Layers {
+	base := []layer.Option{
+		layer.WithContextRoot(app.Root),
+		layer.WithRegistry(app.Runtime.Registry, app.Runtime.Proxy),
+		layer.WithArguments(app.Registry.Build.Arguments...),
+		layer.WithToolchain(tools),
+	}
+	return &npmLayers{opts: append(base, opts...)}
+}
+
+func (n *npmLayers) Sources(components []*toa.Component) (v1.Layer, error) {
+	return layer.SourcesOf(components, n.opts...)
+}
+
+func (n *npmLayers) Dependencies(ctx context.Context, c *toa.Component, t Target) (v1.Layer, error) {
+	return layer.Dependencies(ctx, c, platformOf(t), n.with(t)...)
+}
+
+func (n *npmLayers) Global(ctx context.Context, lines []string, t Target) (v1.Layer, error) {
+	return layer.Global(ctx, lines, platformOf(t), n.with(t)...)
+}
+
+func (n *npmLayers) with(t Target) []layer.Option {
+	return append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
+}
+
+func platformOf(t Target) layer.Platform {
+	variant := t.Platform.Variant
+	if t.Platform.Architecture == "arm64" && variant == "v8" {
+		variant = ""
+	}
+	return layer.Platform{OS: t.Platform.OS, Architecture: t.Platform.Architecture, Variant: variant, Libc: t.Libc}
+}
