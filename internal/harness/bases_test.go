@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -257,11 +256,11 @@ func TestParseLdd(t *testing.T) {
 
 func nodeVersion(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("node", "-p", "process.versions.node").Output()
+	v, err := nodeVersionOf("node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return v
 }
 
 func mustMachineBinary(t testing.TB, program string) string {
