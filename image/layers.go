@@ -18,7 +18,11 @@ type npmLayers struct {
 // configured by the context: the npm registry and proxy it names, the build arguments handed to
 // npm, the context's .npmrc.
 func NewLayers(app *toa.Application, tools layer.Toolchain, opts ...layer.Option) Layers {
+	// `npm config set` lines of registry.build.run configure every install; NewPlan has
+	// refused the lines that cannot run
+	_, config, _ := layer.ParseRun(app.Registry.Build.Run)
 	base := []layer.Option{
+		layer.WithNpmConfig(config),
 		layer.WithContextRoot(app.Root),
 		layer.WithRegistry(app.Runtime.Registry, app.Runtime.Proxy),
 		layer.WithArguments(app.Registry.Build.Arguments...),

@@ -7,6 +7,7 @@ package image
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -77,6 +78,9 @@ func (i *Image) Workload() string { return i.Name }
 // NewPlan names every image of the application. It reads the components' package.json and
 // package-lock.json, which the dependencies hash covers, and nothing else.
 func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
+	if err := checkRun(app); err != nil {
+		return nil, err
+	}
 	p := &Plan{}
 	units, err := units(app, opts.Mono)
 	if err != nil {
@@ -265,4 +269,26 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:8], nil
+}
+
+// checkRun refuses, before anything is built, the build.run lines that cannot run without a
+// container.
+func checkRun(app *toa.Application) error {
+	check := func(run, file, key string) error {
+		_, _, err := layer.ParseRun(run)
+		var e *toa.Error
+		if errors.As(err, &e) {
+			e.File, e.Key = file, key
+		}
+		return err
+	}
+	if err := check(app.Registry.Build.Run, app.File, "registry.build.run"); err != nil {
+		return err
+	}
+	for _, c := range app.Components {
+		if err := check(c.Build.Run, c.Manifest, "build.run"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
