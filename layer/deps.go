@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -240,11 +241,29 @@ func (o *options) staging(name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create a staging folder: %w", err)
 	}
+	sweep(dir, "")
 	staging, err := os.MkdirTemp(dir, name+"-")
 	if err != nil {
 		return "", fmt.Errorf("create a staging folder: %w", err)
 	}
 	return staging, nil
+}
+
+// sweep removes what runs that did not finish left in dir a day ago or earlier: staging folders,
+// partial layers (names that begin with prefix).
+func sweep(dir, prefix string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // localDependencies are the absolute paths of the component's `file:` dependencies, from its

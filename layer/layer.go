@@ -333,6 +333,7 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
+	sweep(dir, ".partial-")
 	f, err := os.CreateTemp(dir, ".partial-*")
 	if err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)

@@ -1,6 +1,3 @@
-// Package layer makes the bytes that become image layers: deterministic tar streams of a
-// component's sources, of the node_modules npm installs on the runner for one platform, and of
-// npm's global installs. It knows files and npm, and nothing of registries.
 package layer
 
 import (
