@@ -107,7 +107,23 @@ func baseRef(t testing.TB, s string) name.Reference {
 // BaseIndex returns the OCI index of the amd64 and arm64 test bases.
 func BaseIndex(t testing.TB) v1.ImageIndex {
 	t.Helper()
-	amd64, arm64 := BaseAMD64(t), BaseARM64(t)
+	return baseIndex(BaseAMD64(t), BaseARM64(t))
+}
+
+// BuildBaseIndex builds the test base index outside a test, for `make demo`.
+func BuildBaseIndex() (v1.ImageIndex, error) {
+	amd64, err := buildBaseAMD64(baseCacheDir())
+	if err != nil {
+		return nil, fmt.Errorf("build the amd64 test base: %w", err)
+	}
+	arm64, err := buildBaseARM64(baseCacheDir())
+	if err != nil {
+		return nil, fmt.Errorf("build the arm64 test base: %w", err)
+	}
+	return baseIndex(amd64, arm64), nil
+}
+
+func baseIndex(amd64, arm64 v1.Image) v1.ImageIndex {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	return mutate.AppendManifests(idx,
 		mutate.IndexAddendum{Add: amd64, Descriptor: v1.Descriptor{
@@ -133,7 +149,7 @@ func BaseAMD64(t testing.TB) v1.Image {
 	testBases.Lock()
 	defer testBases.Unlock()
 	if testBases.amd64 == nil {
-		img, err := buildBaseAMD64(t, baseCacheDir())
+		img, err := buildBaseAMD64(baseCacheDir())
 		if err != nil {
 			t.Fatalf("build the amd64 test base: %v", err)
 		}
@@ -152,7 +168,7 @@ func BaseARM64(t testing.TB) v1.Image {
 	testBases.Lock()
 	defer testBases.Unlock()
 	if testBases.arm64 == nil {
-		img, err := buildBaseARM64(t, baseCacheDir())
+		img, err := buildBaseARM64(baseCacheDir())
 		if err != nil {
 			t.Fatalf("build the arm64 test base: %v", err)
 		}
@@ -174,7 +190,7 @@ func baseCacheDir() string {
 	return filepath.Join(cache, "bases")
 }
 
-func buildBaseAMD64(t testing.TB, cache string) (v1.Image, error) {
+func buildBaseAMD64(cache string) (v1.Image, error) {
 	node, err := machineBinary("node")
 	if err != nil {
 		return nil, err
@@ -193,8 +209,12 @@ func buildBaseAMD64(t testing.TB, cache string) (v1.Image, error) {
 	}
 	system := append(libs, baseEntry{name: "usr/bin/env", src: env})
 
+	runtime, err := baseRuntime()
+	if err != nil {
+		return nil, err
+	}
 	layers, err := baseLayers(cache, [][]baseEntry{
-		baseEtc(), system, {{name: baseNode, src: node}}, baseRuntime(t),
+		baseEtc(), system, {{name: baseNode, src: node}}, runtime,
 	})
 	if err != nil {
 		return nil, err
@@ -207,7 +227,7 @@ func buildBaseAMD64(t testing.TB, cache string) (v1.Image, error) {
 	})
 }
 
-func buildBaseARM64(t testing.TB, cache string) (v1.Image, error) {
+func buildBaseARM64(cache string) (v1.Image, error) {
 	want, err := nodeVersionOf("node")
 	if err != nil {
 		return nil, err
@@ -216,8 +236,12 @@ func buildBaseARM64(t testing.TB, cache string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	runtime, err := baseRuntime()
+	if err != nil {
+		return nil, err
+	}
 	layers, err := baseLayers(cache, [][]baseEntry{
-		baseEtc(), {{name: baseNode, src: node}}, baseRuntime(t),
+		baseEtc(), {{name: baseNode, src: node}}, runtime,
 	})
 	if err != nil {
 		return nil, err
@@ -279,11 +303,13 @@ func baseEtc() []baseEntry {
 
 // baseRuntime is the stand-in @toa.io/runtime as `npm i -g` lays it out: the package under
 // /usr/local/lib/node_modules and its bin linked from /usr/local/bin.
-func baseRuntime(t testing.TB) []baseEntry {
-	t.Helper()
-	dir := RuntimePackage(t)
+func baseRuntime() ([]baseEntry, error) {
+	dir, err := runtimePackage()
+	if err != nil {
+		return nil, err
+	}
 	var entries []baseEntry
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -305,24 +331,32 @@ func baseRuntime(t testing.TB) []baseEntry {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("read the stand-in runtime %s: %v", dir, err)
+		return nil, fmt.Errorf("read the stand-in runtime %s: %w", dir, err)
 	}
 	var pkg struct {
 		Bin map[string]string `json:"bin"`
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "package.json")); err != nil || json.Unmarshal(b, &pkg) != nil || pkg.Bin["toa"] == "" {
-		t.Fatalf("the stand-in runtime's package.json in %s names no bin toa", dir)
+		return nil, fmt.Errorf("the stand-in runtime's package.json in %s names no bin toa", dir)
 	}
 	return append(entries, baseEntry{
 		name: "usr/local/bin/toa",
 		link: path.Join("../lib/node_modules/@toa.io/runtime", path.Clean(pkg.Bin["toa"])),
-	})
+	}), nil
 }
 
 // RuntimePackage returns the folder of the stand-in @toa.io/runtime, testdata/packages/runtime,
 // found from the working folder of the test (any package of the module) or from this file.
 func RuntimePackage(t testing.TB) string {
 	t.Helper()
+	dir, err := runtimePackage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func runtimePackage() (string, error) {
 	const rel = "testdata/packages/runtime"
 	var starts []string
 	if wd, err := os.Getwd(); err == nil {
@@ -335,7 +369,7 @@ func RuntimePackage(t testing.TB) string {
 		for {
 			candidate := filepath.Join(dir, rel)
 			if _, err := os.Stat(filepath.Join(candidate, "package.json")); err == nil {
-				return candidate
+				return candidate, nil
 			}
 			parent := filepath.Dir(dir)
 			if parent == dir {
@@ -344,8 +378,7 @@ func RuntimePackage(t testing.TB) string {
 			dir = parent
 		}
 	}
-	t.Fatalf("no %s above %v", rel, starts)
-	return ""
+	return "", fmt.Errorf("no %s above %v", rel, starts)
 }
 
 // machineBinary finds a program on PATH and resolves its symlinks to the real file.

@@ -146,7 +146,7 @@ func TestBaseIndexPushedAndReadBack(t *testing.T) {
 func TestBaseIsReproducible(t *testing.T) {
 	// A second build from nothing (an empty cache) gives the same bytes.
 	first := BaseAMD64(t)
-	again, err := buildBaseAMD64(t, t.TempDir())
+	again, err := buildBaseAMD64(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
