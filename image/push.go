@@ -196,8 +196,7 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 		return err
 	}
 	pushed.Digest, pushed.Built = digest.String(), true
-	sent, _ := reg.Sent()
-	b.opts.Events(Event{img.Name, fmt.Sprintf("pushed %s@%s (%s sent)", img.Repository, digest, bytesOf(sent))})
+	b.opts.Events(Event{img.Name, fmt.Sprintf("pushed %s@%s", img.Repository, digest)})
 	return nil
 }
 
@@ -410,15 +409,6 @@ func globalLines(app *toa.Application, img *Image) ([]string, error) {
 	return lines, nil
 }
 
-func bytesOf(n int64) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
 
 // parallel runs f for 0..n-1, at most jobs at once, and returns the first error; the others are
 // cancelled through ctx.
