@@ -409,7 +409,6 @@ func globalLines(app *toa.Application, img *Image) ([]string, error) {
 	return lines, nil
 }
 
-
 // parallel runs f for 0..n-1, at most jobs at once, and returns the first error; the others are
 // cancelled through ctx.
 func parallel(ctx context.Context, n, jobs int, f func(context.Context, int) error) error {
