@@ -82,7 +82,10 @@ all_alive() {
 }
 
 api_ready() {
-	[[ -f $kubeconfig ]] && "$kubectl" --kubeconfig "$kubeconfig" --request-timeout 5s get --raw /readyz >/dev/null 2>&1
+	[[ -f $kubeconfig && -f $state/pki/ca.crt ]] &&
+		curl -fsS --max-time 5 --cacert "$state/pki/ca.crt" \
+			-H "Authorization: Bearer $(sed -n 's/^ *token: //p' "$kubeconfig")" \
+			"https://127.0.0.1:$api_port/readyz" >/dev/null 2>&1
 }
 
 report() {
