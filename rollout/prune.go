@@ -44,7 +44,7 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 		if err != nil {
 			return nil, fmt.Errorf("find the resource of %s: %w", gk, err)
 		}
-		where := uniq(namespaces)
+		where := slices.DeleteFunc(uniq(namespaces), func(ns string) bool { return ns == "" })
 		if m.Scope.Name() == meta.RESTScopeNameRoot {
 			where = []string{""}
 		}
