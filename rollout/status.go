@@ -69,6 +69,17 @@ func (f *Failure) Error() string {
 // the server reports it: done, or what is awaited, or a *Failure when the progress deadline has
 // passed.
 func DeploymentStatus(d *appsv1.Deployment) (done bool, message string, err error) {
+	if done, message, err = kubectlStatus(d); !done || err != nil {
+		return done, message, err
+	}
+	if n := d.Status.TerminatingReplicas; n != nil && *n > 0 {
+		return false, fmt.Sprintf("%s terminating", count(*n, "old pod")), nil
+	}
+	return true, message, nil
+}
+
+// kubectlStatus is kubectl rollout status's verdict alone.
+func kubectlStatus(d *appsv1.Deployment) (done bool, message string, err error) {
 	if d.Generation > d.Status.ObservedGeneration {
 		return false, "waiting for the deployment spec update to be observed", nil
 	}
@@ -81,15 +92,20 @@ func DeploymentStatus(d *appsv1.Deployment) (done bool, message string, err erro
 		return false, fmt.Sprintf("%d of %d new replicas updated", s.UpdatedReplicas, *d.Spec.Replicas), nil
 	}
 	if s.Replicas > s.UpdatedReplicas {
-		return false, fmt.Sprintf("%d old replicas pending termination", s.Replicas-s.UpdatedReplicas), nil
+		return false, fmt.Sprintf("%s pending termination", count(s.Replicas-s.UpdatedReplicas, "old replica")), nil
 	}
 	if s.AvailableReplicas < s.UpdatedReplicas {
 		return false, fmt.Sprintf("%d of %d updated replicas available", s.AvailableReplicas, s.UpdatedReplicas), nil
 	}
-	if s.TerminatingReplicas != nil && *s.TerminatingReplicas > 0 {
-		return false, fmt.Sprintf("%d old pods terminating", *s.TerminatingReplicas), nil
-	}
 	return true, "rolled out", nil
+}
+
+// count is "1 old pod", "2 old pods".
+func count[N int | int32](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func condition(d *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.DeploymentCondition {
@@ -184,7 +200,7 @@ func Terminating(pods []*corev1.Pod) []*corev1.Pod {
 // ReplicaSet fails), done when kubectl's rollout conditions hold and no pod it selected is
 // terminating, else what is awaited.
 func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
-	done, message, err := DeploymentStatus(d)
+	done, message, err := kubectlStatus(d)
 	if err != nil {
 		f := err.(*Failure)
 		return State{Message: f.Reason, Failure: f}
@@ -212,6 +228,10 @@ func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, n
 	if gone := Terminating(pods); len(gone) > 0 {
 		return State{Message: terminatingMessage(gone), Recheck: recheck}
 	}
+	// the pods already gone from the watch, and the server still counting some
+	if done, message, _ = DeploymentStatus(d); !done {
+		return State{Message: message, Recheck: recheck}
+	}
 	return State{Done: true, Message: message}
 }
 
@@ -220,11 +240,7 @@ func terminatingMessage(pods []*corev1.Pod) string {
 	for _, p := range sortedPods(pods) {
 		names = append(names, p.Name)
 	}
-	noun := "pods"
-	if len(names) == 1 {
-		noun = "pod"
-	}
-	return fmt.Sprintf("%d old %s terminating: %s", len(names), noun, strings.Join(names, ", "))
+	return fmt.Sprintf("%s terminating: %s", count(len(names), "old pod"), strings.Join(names, ", "))
 }
 
 func sortedPods(pods []*corev1.Pod) []*corev1.Pod {

@@ -198,6 +198,9 @@ func TestCheck(t *testing.T) {
 		{name: "kubectl's conditions hold but old pods are terminating", d: deployment(nil),
 			pods:    []*corev1.Pod{pod("a-new-1", "new", nil), pod("a-old-2", "old", gone), pod("a-old-1", "old", gone)},
 			message: "2 old pods terminating: a-old-1, a-old-2"},
+		{name: "the watch saw the pods go, the server still counts one", d: deployment(func(d *appsv1.Deployment) {
+			d.Status.TerminatingReplicas = ptr(int32(1))
+		}), pods: []*corev1.Pod{pod("a-new-1", "new", nil)}, message: "1 old pod terminating"},
 		{name: "a new pod crash-loops", d: deployment(rolling),
 			pods:    []*corev1.Pod{pod("a-old-1", "old", nil), pod("a-new-1", "new", crash)},
 			failure: "deployment composition-a: pod a-new-1, container app: CrashLoopBackOff: back-off"},

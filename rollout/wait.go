@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -204,7 +205,7 @@ func (t *target) check(deployments cache.Store, now time.Time, grace time.Durati
 	st := Check(obj.(*appsv1.Deployment), items[*appsv1.ReplicaSet](t.rss), items[*corev1.Pod](t.pods), now, grace)
 	s.Done, s.Message, s.Failure = st.Done, st.Message, st.Failure
 	if st.Failure != nil {
-		s.Message = st.Failure.Error()
+		s.Message = strings.TrimPrefix(st.Failure.Error(), "deployment "+t.name+": ")
 	}
 	return s, st.Recheck, nil
 }
@@ -254,14 +255,6 @@ func waitEnd(ctx context.Context, targets []*target) error {
 			e.Awaiting = append(e.Awaiting, s)
 		}
 	}
-	slices.SortFunc(e.Awaiting, func(a, b Status) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(e.Awaiting, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
 	return e
 }

@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +50,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	if c.Render {
 		return c.render(os.Stdout)
 	}
-	return errors.New("toa-apply is not implemented yet: only --render is")
+	return c.apply(ctx, log)
 }
 
 // render prints the kustomization rendered, in the order it is applied.

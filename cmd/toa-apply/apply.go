@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/kustomize"
+	"github.com/toa-deploy/toa-deploy/rollout"
+)
+
+// version is toa-apply's, written into the ApplySet's tooling annotation; -ldflags "-X
+// main.version=..." sets it, else the module's version when built by `go install`.
+var version = ""
+
+func toolVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && strings.HasPrefix(info.Main.Version, "v") {
+		return info.Main.Version
+	}
+	return "v0.0.0-dev"
+}
+
+// apply renders the kustomization, applies it, and waits for the rollout; or, with --delete,
+// removes the application.
+func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
+	if c.Timeout <= 0 {
+		return &cli.BadInput{Err: fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout)}
+	}
+	objects, err := c.objects()
+	if err != nil {
+		return err
+	}
+	cfg, namespace, err := c.cluster()
+	if err != nil {
+		return err
+	}
+	opts := rollout.Options{
+		Namespace: namespace,
+		Force:     c.ForceConflicts,
+		DryRun:    c.DryRun == "server",
+		Prune:     c.Prune,
+		Version:   toolVersion(),
+		Logf:      log.Debugf,
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	out := os.Stdout
+
+	if c.Delete {
+		res, err := rollout.Delete(ctx, cfg, objects, opts)
+		c.report(out, res)
+		return c.exitError(err)
+	}
+	log.Debugf("applying %d objects to namespace %s of %s", len(objects), namespace, cfg.Host)
+	res, err := rollout.Apply(ctx, cfg, objects, opts)
+	c.report(out, res)
+	warnHelm(log, res)
+	if err != nil || opts.DryRun {
+		return c.exitError(err)
+	}
+	view := newProgress(os.Stderr, c.Output == cli.Text && cli.IsTerminal(os.Stderr))
+	err = rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
+	view.close()
+	return c.exitError(err)
+}
+
+// objects are the kustomization's, rendered in memory.
+func (c *applyCommand) objects() ([]*unstructured.Unstructured, error) {
+	if info, err := os.Stat(c.Dir); err != nil || !info.IsDir() {
+		return nil, &cli.BadInput{Err: fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir)}
+	}
+	return kustomize.Render(filesys.MakeFsOnDisk(), c.Dir)
+}
+
+// cluster loads the client configuration as kubectl does: --kubeconfig, else KUBECONFIG, else
+// ~/.kube/config, else the pod's in-cluster configuration; --context picks the context; the
+// namespace is -n, else the context's, else default (in a pod, the pod's).
+func (c *applyCommand) cluster() (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = c.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: c.Context}
+	overrides.Context.Namespace = c.Namespace
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		hint := ""
+		if clientcmd.IsEmptyConfig(err) {
+			hint = ": give --kubeconfig, set KUBECONFIG, or run in a pod"
+		}
+		return nil, "", &cli.BadInput{Err: fmt.Errorf("kubeconfig: %w%s", err, hint)}
+	}
+	namespace, _, err := cc.Namespace()
+	if err != nil {
+		return nil, "", &cli.BadInput{Err: fmt.Errorf("kubeconfig: namespace: %w", err)}
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	cfg.UserAgent = "toa-apply/" + toolVersion()
+	return cfg, namespace, nil
+}
+
+// exitError gives rollout's errors the exit codes of DESIGN.md.
+func (c *applyCommand) exitError(err error) error {
+	var input *rollout.InputError
+	var timeout *rollout.TimeoutError
+	var failure *rollout.Failure
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &input):
+		return &cli.BadInput{Err: err}
+	case errors.As(err, &timeout):
+		return &cli.Timeout{Err: fmt.Errorf("%w (--timeout %s)", err, c.Timeout)}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &cli.Timeout{Err: fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err)}
+	case errors.As(err, &failure):
+		return fmt.Errorf("rollout failed: %w", err)
+	}
+	return err
+}
+
+// report prints what was applied, pruned, adopted or deleted, as kubectl does, or the result as
+// JSON with -o json.
+func (c *applyCommand) report(w io.Writer, res *rollout.Result) {
+	if res == nil {
+		return
+	}
+	if c.Output == cli.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+		return
+	}
+	suffix := ""
+	if res.DryRun {
+		suffix = " (server dry run)"
+	}
+	adopted := map[string]bool{}
+	for _, r := range res.Adopted {
+		adopted[r.String()] = true
+	}
+	for _, a := range res.Applied {
+		line := a.Ref.String() + " " + string(a.Change)
+		if adopted[a.Ref.String()] {
+			line += ", adopted from Helm"
+		}
+		fmt.Fprintln(w, line+suffix)
+	}
+	for _, r := range res.Pruned {
+		fmt.Fprintln(w, r.String()+" pruned"+suffix)
+	}
+	for _, r := range res.Deleted {
+		fmt.Fprintln(w, r.String()+" deleted"+suffix)
+	}
+}
+
+// warnHelm tells that the Helm release whose objects were adopted still exists as Secrets, and
+// what `helm uninstall` would do now.
+func warnHelm(log *logrus.Logger, res *rollout.Result) {
+	if res == nil {
+		return
+	}
+	for _, r := range res.Helm {
+		if r.Name == "" {
+			log.Warn("objects labelled app.kubernetes.io/managed-by=Helm without a release name were adopted")
+			continue
+		}
+		if len(r.Secrets) == 0 {
+			log.Warnf("objects of Helm release %s were adopted; no release Secret of it is left in namespace %s", r.Name, r.Namespace)
+			continue
+		}
+		log.Warnf("objects of Helm release %s are now toa-apply's; the release's Secrets remain in namespace %s (%s): "+
+			"do not run `helm uninstall %s`, it would delete the application; remove the Secrets with "+
+			"`kubectl delete secret -n %s -l owner=helm,name=%s`",
+			r.Name, r.Namespace, strings.Join(r.Secrets, ", "), r.Name, r.Namespace, r.Name)
+	}
+}
+
+// progress shows what the wait is waiting for: on a terminal, one line per Deployment, redrawn in
+// place; elsewhere (CI logs, -o json), a plain line per change.
+type progress struct {
+	w     io.Writer
+	live  bool
+	start time.Time
+	order []string
+	lines map[string]string
+	drawn int
+	width int // of the terminal: a line that wraps would break the redraw
+}
+
+func newProgress(w io.Writer, live bool) *progress {
+	width, err := strconv.Atoi(os.Getenv("COLUMNS"))
+	if err != nil || width < 20 {
+		width = 100
+	}
+	return &progress{w: w, live: live, start: time.Now(), lines: map[string]string{}, width: width}
+}
+
+// fit cuts a line to the terminal's width.
+func fit(line string, width int) string {
+	if r := []rune(line); len(r) > width {
+		return string(r[:width-1]) + "…"
+	}
+	return line
+}
+
+func (p *progress) update(s rollout.Status) {
+	mark := " "
+	switch {
+	case s.Failure != nil:
+		mark = "✗"
+	case s.Done:
+		mark = "✓"
+	}
+	line := fmt.Sprintf("%s deployment/%s: %s", mark, s.Name, s.Message)
+	if !p.live {
+		fmt.Fprintf(p.w, "%5.1fs deployment/%s: %s\n", time.Since(p.start).Seconds(), s.Name, s.Message)
+		return
+	}
+	if _, ok := p.lines[s.Name]; !ok {
+		p.order = append(p.order, s.Name)
+	}
+	p.lines[s.Name] = line
+	p.redraw()
+}
+
+func (p *progress) redraw() {
+	var b strings.Builder
+	if p.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", p.drawn) // back to the first line drawn
+	}
+	for _, name := range p.order {
+		fmt.Fprintf(&b, "\r\x1b[2K%s\n", fit(p.lines[name], p.width))
+	}
+	fmt.Fprintf(&b, "\r\x1b[2K  %.0fs\n", time.Since(p.start).Seconds())
+	p.drawn = len(p.order) + 1
+	_, _ = io.WriteString(p.w, b.String())
+}
+
+// close leaves the last view on the terminal.
+func (p *progress) close() {
+	if p.live && p.drawn > 0 {
+		p.redraw()
+	}
+}
