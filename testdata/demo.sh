@@ -26,7 +26,9 @@ fi
 echo "== the test base"
 go run ./internal/harness/pushbase 127.0.0.1:5000
 
-app=testdata/apps/pushed
+# a copy, so that the demo can change a line of code without touching the repository
+app="$cache/app"
+rm -rf "$app" && cp -r testdata/apps/pushed "$app"
 echo
 echo "== toa-push --plan (what would be built)"
 bin/toa-push --plan --path "$app" -k deployment
@@ -42,5 +44,11 @@ kubeconfig="${TOA_TEST_KUBECONFIG:-${TOA_CACHE:-$HOME/.cache/toa-deploy}/control
 if [ -f "$kubeconfig" ] && bin/toa-apply --help >/dev/null 2>&1; then
   echo
   echo "== toa-apply (the local control plane)"
-  time bin/toa-apply deployment --kubeconfig "$kubeconfig" || echo "toa-apply exited $?"
+  time bin/toa-apply deployment --kubeconfig "$kubeconfig"
+
+  echo
+  echo "== a one-line code change: toa-push sends one layer, toa-apply waits until the replaced pods are gone"
+  echo "// changed by make demo at $(date -u +%FT%TZ)" >> "$app/components/shop.orders/operations.js"
+  time bin/toa-push --path "$app" -k deployment
+  time bin/toa-apply deployment --kubeconfig "$kubeconfig"
 fi
