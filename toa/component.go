@@ -36,6 +36,16 @@ type Component struct {
 	// ModuleType is "module" or "commonjs": what the nearest package.json at or above the
 	// component's folder says, as Toa's declare() reads it.
 	ModuleType string
+
+	// What the manifest says of its connectors (see References, dependencies.go).
+	Storage    string     // the package that stores its entity; "" without an entity
+	Bindings   []string   // the binding packages of its operations and events, in first-use order
+	Operations []string   // the operations' names, in manifest order
+	Events     []string   // the labels of the events it emits
+	Receivers  []Receiver // the events it consumes
+
+	// Values is the whole manifest as plain values: the component extensions are handed.
+	Values map[string]any
 }
 
 // ComponentBuild is the manifest's `build`: a base image of its own and extra lines to run.
@@ -110,6 +120,9 @@ func loadComponent(dir string) (*Component, error) {
 		return nil, err
 	}
 	if err := c.readExtensions(m); err != nil {
+		return nil, err
+	}
+	if err := c.readConnectors(m); err != nil {
 		return nil, err
 	}
 	if err := c.readVersion(m); err != nil {

@@ -1,0 +1,262 @@
+'use strict'
+
+// toa-deploy's bridge to a Toa application's extension and connector packages. toa-push runs it
+// with `node -e`, writes one request as JSON on standard input and reads one answer as JSON from
+// file descriptor 3: standard output and standard error are the packages' own, for whatever
+// they log. It loads each package from the application's node_modules, as Toa's
+// `definition(reference)` does, and calls what the package exports, with the values Toa passes:
+//
+//   {op: 'inspect', root, references: [{reference, annotation}]}
+//     → {packages: [{reference, name, dir, version, exports, components: [path]}]}
+//     `components(annotation)` is called where it is exported (Toa's extract()).
+//   {op: 'deploy', root, annotations, components: {id: component}, dependencies: [{reference, instances: [id]}]}
+//     → {dependencies: [{reference, name, dir, version, standalone, declaration}]}
+//     Toa's resolve() and Factory: instances {locator, manifest, component}, `annotation()` where
+//     the context annotates the package, the standalone packages among the annotations' keys,
+//     then `deployment(instances, annotation)` of each.
+//
+// A failure is {error: {reference, stage, message}}: stage 'missing' (not installed), 'load'
+// (it cannot be loaded), 'call' (what it exports threw) or 'output' (what it returned cannot
+// be read). No dependencies: it runs with any node the application's packages run with.
+
+const { createRequire } = require('node:module')
+const { existsSync, readFileSync, writeSync } = require('node:fs')
+const { dirname, isAbsolute, join, resolve } = require('node:path')
+const { pathToFileURL } = require('node:url')
+
+class Failure extends Error {
+  constructor (reference, stage, message) {
+    super(message)
+    this.reference = reference
+    this.stage = stage
+  }
+}
+
+async function main () {
+  const request = JSON.parse(readFileSync(0, 'utf8'))
+  const req = createRequire(join(request.root, 'package.json'))
+  let answer
+
+  try {
+    if (request.op === 'inspect') answer = await inspect(req, request)
+    else if (request.op === 'deploy') answer = await deploy(req, request)
+    else throw new Error(`unknown request '${request.op}'`)
+  } catch (error) {
+    if (!(error instanceof Failure)) throw error
+
+    answer = { error: { reference: error.reference, stage: error.stage, message: error.message } }
+  }
+
+  writeSync(3, JSON.stringify(answer))
+}
+
+async function inspect (req, { references }) {
+  const packages = []
+
+  for (const { reference, annotation } of references) {
+    const definition = await define(req, reference)
+    const entry = describe(definition)
+
+    if (typeof definition.module.components === 'function') {
+      const answer = call(reference, 'components()', () => definition.module.components(annotation))
+      entry.components = paths(reference, definition.dir, answer)
+    }
+
+    packages.push(entry)
+  }
+
+  return { packages }
+}
+
+async function deploy (req, request) {
+  const annotations = request.annotations ?? {}
+  const components = request.components ?? {}
+  const dependencies = []
+
+  for (const { reference, instances: ids } of request.dependencies) {
+    const definition = await define(req, reference)
+    const instances = ids.map((id) => {
+      const component = components[id]
+
+      return { locator: component.locator, manifest: component.extensions?.[definition.name], component }
+    })
+
+    const annotation = annotations[definition.name]
+
+    if (annotation !== undefined && typeof definition.module.annotation === 'function')
+      annotations[definition.name] = call(reference, 'annotation()', () => definition.module.annotation(annotation, instances))
+
+    dependencies.push({ definition, instances, standalone: false })
+  }
+
+  const references = new Set(request.dependencies.map((dependency) => dependency.reference))
+
+  for (const key of Object.keys(annotations)) {
+    if (references.has(key)) continue
+
+    let definition
+
+    // an annotation of what cannot be loaded is not a dependency (Toa's optional())
+    try {
+      definition = await define(req, key)
+    } catch {
+      continue
+    }
+
+    if (definition.module.standalone === true) dependencies.push({ definition, instances: [], standalone: true })
+  }
+
+  const out = []
+
+  for (const { definition, instances, standalone } of dependencies) {
+    const entry = { ...describe(definition), standalone, declaration: null }
+    const { module, reference, name } = definition
+
+    if (typeof module.deployment === 'function') {
+      const declaration = call(reference, 'deployment()', () => module.deployment(instances, annotations[name]))
+
+      entry.declaration = normalize(reference, declaration)
+    }
+
+    out.push(entry)
+  }
+
+  return { dependencies: out }
+}
+
+// what Toa's definition(reference) finds: the package's name and module, from the context
+async function define (req, reference) {
+  const file = locate(req, reference)
+  const dir = dirname(file)
+  let pkg
+
+  try {
+    pkg = JSON.parse(readFileSync(file, 'utf8'))
+  } catch (error) {
+    throw new Failure(reference, 'load', `${file} cannot be read: ${error.message}`)
+  }
+
+  let module
+
+  try {
+    module = await load(req, reference, dir, pkg)
+  } catch (error) {
+    throw new Failure(reference, 'load', `cannot be loaded from ${dir}: ${first(error)}`)
+  }
+
+  return { reference, name: pkg.name ?? reference, version: pkg.version, dir, module }
+}
+
+function locate (req, reference) {
+  try {
+    return req.resolve(join(reference, 'package.json'))
+  } catch (error) {
+    if (error.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED') throw new Failure(reference, 'missing', first(error))
+  }
+
+  // a package whose `exports` leaves its package.json out is found where node would find it
+  for (const dir of req.resolve.paths(reference) ?? []) {
+    const file = join(dir, reference, 'package.json')
+
+    if (existsSync(file)) return file
+  }
+
+  throw new Failure(reference, 'missing', `cannot find ${reference}/package.json`)
+}
+
+async function load (req, reference, dir, pkg) {
+  const specifier = isAbsolute(reference) ? dir : reference
+
+  try {
+    return req(specifier)
+  } catch (error) {
+    if (error.code !== 'ERR_REQUIRE_ESM' && error.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED') throw error
+  }
+
+  const namespace = await import(pathToFileURL(join(dir, entry(pkg))).href)
+
+  return namespace.deployment === undefined && namespace.default !== undefined ? namespace.default : namespace
+}
+
+// an ES module's entry, as `import` would choose it
+function entry (pkg) {
+  let exported = pkg.exports
+
+  if (exported !== null && typeof exported === 'object' && '.' in exported) exported = exported['.']
+  if (exported !== null && typeof exported === 'object') exported = exported.import ?? exported.node ?? exported.default
+
+  return typeof exported === 'string' ? exported : (pkg.module ?? pkg.main ?? 'index.js')
+}
+
+function describe ({ reference, name, version, dir, module }) {
+  const exports = {}
+
+  for (const key of ['deployment', 'annotation', 'components']) exports[key] = typeof module[key] === 'function'
+
+  exports.standalone = module.standalone === true
+
+  return { reference, name, version, dir, exports }
+}
+
+function call (reference, what, fn) {
+  try {
+    return fn()
+  } catch (error) {
+    throw new Failure(reference, 'call', `${what} threw: ${first(error)}`)
+  }
+}
+
+// components() answers `{paths}` (newer), or the paths themselves
+function paths (reference, dir, answer) {
+  const list = Array.isArray(answer) ? answer : answer?.paths
+
+  if (!Array.isArray(list) || list.some((path) => typeof path !== 'string'))
+    throw new Failure(reference, 'output', 'components() returned no list of paths' +
+      (answer?.manifests !== undefined ? ' (manifests without paths are not supported)' : ''))
+
+  return list.map((path) => resolve(dir, path))
+}
+
+// Keeps what toa-deploy reads, in the order JavaScript gives it: `variables` and `mounts` are
+// objects whose key order is the merge order, so they become lists of [key, items] pairs.
+function normalize (reference, declaration) {
+  if (declaration === undefined || declaration === null) return {}
+  if (typeof declaration !== 'object' || Array.isArray(declaration))
+    throw new Failure(reference, 'output', `deployment() returned ${kind(declaration)}, not an object`)
+
+  const out = {}
+
+  for (const key of ['variables', 'mounts']) {
+    const value = declaration[key]
+
+    if (value === undefined) continue
+    if (value === null || typeof value !== 'object' || Array.isArray(value))
+      throw new Failure(reference, 'output', `deployment() returned '${key}' as ${kind(value)}, not an object of lists`)
+
+    out[key] = Object.entries(value)
+  }
+
+  for (const key of ['services', 'probe', 'events', 'references']) if (declaration[key] !== undefined) out[key] = declaration[key]
+
+  try {
+    return JSON.parse(JSON.stringify(out))
+  } catch (error) {
+    throw new Failure(reference, 'output', `deployment() returned what cannot be written as JSON: ${error.message}`)
+  }
+}
+
+function kind (value) {
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'a list'
+
+  return 'a ' + typeof value
+}
+
+function first (error) {
+  return String(error?.message ?? error).split('\n')[0]
+}
+
+main().catch((error) => {
+  console.error(error)
+  process.exitCode = 1
+})
