@@ -1,0 +1,1 @@
+exports.transit = async (input, object) => { object.email = input.email }

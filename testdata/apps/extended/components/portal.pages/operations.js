@@ -1,0 +1,1 @@
+exports.render = async (input) => ({ output: 'page ' + input.path })
