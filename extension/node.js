@@ -221,6 +221,8 @@ function paths (reference, dir, answer) {
 // objects whose key order is the merge order, so they become lists of [key, items] pairs.
 function normalize (reference, declaration) {
   if (declaration === undefined || declaration === null) return {}
+  if (typeof declaration.then === 'function')
+    throw new Failure(reference, 'output', 'deployment() returned a promise: Toa calls it synchronously')
   if (typeof declaration !== 'object' || Array.isArray(declaration))
     throw new Failure(reference, 'output', `deployment() returned ${kind(declaration)}, not an object`)
 
@@ -253,7 +255,9 @@ function kind (value) {
 }
 
 function first (error) {
-  return String(error?.message ?? error).split('\n')[0]
+  const message = String(error?.message ?? error).split('\n')[0]
+
+  return error?.name !== undefined && error.name !== 'Error' ? `${error.name}: ${message}` : message
 }
 
 main().catch((error) => {
