@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 )
 
@@ -115,6 +117,7 @@ func members(objects []*unstructured.Unstructured, set Set) []*unstructured.Unst
 
 type applier struct {
 	c        *client
+	crds     []string // the groups of the CRDs this run applied
 	opts     Options
 	set      Set
 	res      *Result
@@ -150,7 +153,6 @@ func (a *applier) run(ctx context.Context, objects []*unstructured.Unstructured)
 			if err := a.established(ctx, objs); err != nil {
 				return err
 			}
-			a.c.mapper.Reset()
 		}
 	}
 	if a.opts.Prune {
@@ -182,7 +184,7 @@ func (a *applier) applyAll(ctx context.Context, objects []*unstructured.Unstruct
 
 // apply server-side applies one object, adopting it first if a Helm release made it.
 func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) error {
-	m, err := a.c.mapping(obj.GroupVersionKind())
+	m, err := a.mapping(ctx, obj.GroupVersionKind())
 	if err != nil {
 		return err
 	}
@@ -261,6 +263,23 @@ func withoutBookkeeping(obj *unstructured.Unstructured) map[string]any {
 	return c
 }
 
+// mapping is the resource of a kind. A kind of a CRD this run applied may be missing from
+// discovery for a moment after the CRD is established: discovery is read again, a few times.
+func (a *applier) mapping(ctx context.Context, gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := a.c.mapping(gvk)
+	var input *InputError
+	if !errors.As(err, &input) || !slices.Contains(a.crds, gvk.Group) {
+		return m, err
+	}
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 8} // about 13 s in all
+	_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		a.c.mapper.Reset()
+		m, err = a.c.mapping(gvk)
+		return !errors.As(err, &input), nil
+	})
+	return m, err
+}
+
 // established waits until the CRDs just applied are served.
 func (a *applier) established(ctx context.Context, crds []*unstructured.Unstructured) error {
 	if a.opts.DryRun {
@@ -268,6 +287,8 @@ func (a *applier) established(ctx context.Context, crds []*unstructured.Unstruct
 	}
 	gvr := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	for _, crd := range crds {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		a.crds = append(a.crds, group)
 		a.opts.logf("waiting for %s to be established", RefOf(crd))
 		err := until(ctx, a.c.dyn.Resource(gvr), crd.GetName(), func(obj *unstructured.Unstructured) bool {
 			conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
@@ -283,5 +304,6 @@ func (a *applier) established(ctx context.Context, crds []*unstructured.Unstruct
 			return fmt.Errorf("wait for %s to be established: %w", RefOf(crd), err)
 		}
 	}
+	a.c.mapper.Reset()
 	return nil
 }

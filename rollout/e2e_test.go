@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -265,7 +266,7 @@ func TestFailFast(t *testing.T) {
 }
 
 // 5. A rollout that does not finish in time is a TimeoutError naming what was awaited; a pod
-// unschedulable past its grace is a failure.
+// unschedulable past its grace is a failure, seen when the grace ends although nothing changes.
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
@@ -276,6 +277,18 @@ func TestTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
+	err = Wait(ctx, c.cfg, res, WaitOptions{UnschedulableGrace: 3 * time.Second, OnStatus: logStatus(t)})
+	took := time.Since(start)
+	var f *Failure
+	if !errors.As(err, &f) || f.Reason != "Unschedulable" || !strings.HasPrefix(f.Pod, "composition-carts-") {
+		t.Fatalf("Wait with a grace of 3s = %v, want an Unschedulable failure", err)
+	}
+	t.Logf("unschedulable failure after %s: %v", took.Round(time.Millisecond), err)
+	if took < 1500*time.Millisecond || took > 10*time.Second {
+		t.Errorf("the unschedulable failure came after %s, want about the grace of 3s", took)
+	}
+
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
 	defer cancelShort()
 	err = Wait(short, c.cfg, res, WaitOptions{UnschedulableGrace: time.Minute, OnStatus: logStatus(t)})
@@ -287,14 +300,6 @@ func TestTimeout(t *testing.T) {
 	if len(timeout.Awaiting) != 1 || timeout.Awaiting[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
 		t.Errorf("the timeout does not say what was awaited: %+v", timeout.Awaiting)
 	}
-
-	start := time.Now()
-	err = Wait(ctx, c.cfg, res, WaitOptions{UnschedulableGrace: 2 * time.Second, OnStatus: logStatus(t)})
-	var f *Failure
-	if !errors.As(err, &f) || f.Reason != "Unschedulable" || f.Pod == "" {
-		t.Fatalf("Wait with a grace of 2s = %v, want an Unschedulable failure", err)
-	}
-	t.Logf("unschedulable failure after %s: %v", time.Since(start).Round(time.Millisecond), err)
 }
 
 // 6. A field another manager owns: a conflict naming the manager and the field; Force takes it.
@@ -524,5 +529,68 @@ func TestDryRun(t *testing.T) {
 	}
 	if img := d.Spec.Template.Spec.Containers[0].Image; img != "registry.local/shop/carts:v1" {
 		t.Errorf("a dry run changed the image to %s", img)
+	}
+}
+
+// CRDs come first and are established before the objects of their kinds are applied; the set
+// records cluster-scoped members, and Delete removes them.
+func TestCRD(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	ctx := context.Background()
+	group := c.ns + ".toa-test.io"
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets." + group, "labels": map[string]any{"toa/context": context_}},
+		"spec": map[string]any{
+			"group": group, "scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object",
+					"properties": map[string]any{"spec": map[string]any{"type": "object",
+						"properties": map[string]any{"size": map[string]any{"type": "integer"}}}}}}}},
+		},
+	}}
+	widget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": group + "/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "labels": map[string]any{"toa/context": context_}},
+		"spec":     map[string]any{"size": int64(3)},
+	}}
+	t.Cleanup(func() {
+		// the CRD is cluster-scoped: the namespace's deletion does not take it
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := Delete(ctx, c.cfg, []*unstructured.Unstructured{crd}, c.opts()); err != nil {
+			t.Errorf("delete the CRD: %v", err)
+		}
+	})
+	// the Widget first: Apply orders
+	objects := slices.Concat([]*unstructured.Unstructured{widget, crd}, app(t, deploymentSpec{name: "carts", replicas: 1}))
+	res := c.apply(t, objects...)
+	var order []string
+	for _, a := range res.Applied {
+		order = append(order, a.Kind)
+	}
+	if strings.Join(order, " ") != "CustomResourceDefinition Service Deployment Widget" {
+		t.Errorf("applied in the order %v", order)
+	}
+	parent, err := c.cs.CoreV1().Secrets(c.ns).Get(ctx, "toa-shop", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CustomResourceDefinition.apiextensions.k8s.io,Deployment.apps,Service,Widget." + group
+	if got := parent.Annotations[AnnotationKinds]; got != want {
+		t.Errorf("contains-group-kinds = %q, want %q", got, want)
+	}
+
+	start := time.Now()
+	del, err := Delete(ctx, c.cfg, objects, c.opts())
+	if err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	t.Logf("deleted in %s", time.Since(start).Round(time.Millisecond))
+	if got := refNames(del.Deleted); !strings.Contains(got, "customresourcedefinition.apiextensions.k8s.io/widgets."+group) ||
+		!strings.Contains(got, "widget."+group+"/w") {
+		t.Errorf("deleted %s", got)
 	}
 }

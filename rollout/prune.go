@@ -15,13 +15,31 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// Deletion is in the foreground: the API server keeps a pruned or deleted Deployment until the
-// garbage collector has deleted its ReplicaSets and they their pods, and the pods go only when
-// their grace period has run out. So the object's disappearance means its pods are gone too,
-// which is what Wait and Delete wait for: the same promise as a rollout's, that nothing of the
-// old application is still running when toa-apply returns. With Background the Deployment would
-// vanish at once and its pods terminate unseen.
-var propagation = metav1.DeletePropagationForeground
+// Workloads are deleted in the foreground: the API server keeps a pruned or deleted Deployment
+// until the garbage collector has deleted its ReplicaSets and they their pods, and the pods go only
+// when their grace period has run out. So the object's disappearance means its pods are gone too,
+// which is what Wait and Delete wait for: the same promise as a rollout's, that nothing of the old
+// application still runs when toa-apply returns. With Background the Deployment would vanish at
+// once and its pods terminate unseen. Every other kind is deleted in the background: it has no
+// dependents to wait for, and a foreground deletion would wait for the garbage collector to
+// notice the object's kind (for a custom resource, up to its resync period) before it goes.
+var (
+	foreground = metav1.DeletePropagationForeground
+	background = metav1.DeletePropagationBackground
+)
+
+// foregroundKinds own pods, through ReplicaSets or directly.
+var foregroundKinds = []schema.GroupKind{
+	{Group: "apps", Kind: "Deployment"}, {Group: "apps", Kind: "ReplicaSet"}, {Group: "apps", Kind: "StatefulSet"},
+	{Group: "apps", Kind: "DaemonSet"}, {Group: "batch", Kind: "Job"}, {Group: "batch", Kind: "CronJob"},
+}
+
+func propagation(gk schema.GroupKind) *metav1.DeletionPropagation {
+	if slices.Contains(foregroundKinds, gk) {
+		return &foreground
+	}
+	return &background
+}
 
 // member is an object of the set found on the cluster.
 type member struct {
@@ -73,7 +91,7 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 func deleteMember(ctx context.Context, c *client, m member) error {
 	uid := m.uid
 	err := c.resource(m.mapping, m.ref.Namespace).Delete(ctx, m.ref.Name, metav1.DeleteOptions{
-		PropagationPolicy: &propagation,
+		PropagationPolicy: propagation(m.ref.GroupKind()),
 		Preconditions:     &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -41,27 +42,59 @@ func until(ctx context.Context, ri dynamic.ResourceInterface, name string, cond 
 }
 
 // untilGone watches the objects of a resource that carry a label until none of names is left.
+// A resource the server no longer serves (the CRD of the kind is gone) has nothing left. A watch
+// that ends is started again from a new list.
 func untilGone(ctx context.Context, ri dynamic.ResourceInterface, labelSelector string, names []string) error {
-	left := map[string]bool{}
-	_, err := watchtools.UntilWithSync(ctx, listWatch(ri, "", labelSelector), &unstructured.Unstructured{},
-		func(store cache.Store) (bool, error) {
-			for _, obj := range store.List() {
-				if u, ok := obj.(*unstructured.Unstructured); ok {
-					left[u.GetName()] = true
+	for {
+		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: labelSelector})
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		left := map[string]bool{}
+		for _, obj := range list.Items {
+			if slices.Contains(names, obj.GetName()) {
+				left[obj.GetName()] = true
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		w, err := ri.Watch(ctx, metav1.ListOptions{LabelSelector: labelSelector, ResourceVersion: list.GetResourceVersion()})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil && !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
+			return err
+		}
+		if err == nil {
+			gone := func() bool {
+				defer w.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return false
+					case ev, ok := <-w.ResultChan():
+						if !ok || ev.Type == watch.Error {
+							return false // list again
+						}
+						if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Deleted {
+							delete(left, u.GetName())
+						}
+						if len(left) == 0 {
+							return true
+						}
+					}
 				}
+			}()
+			if gone {
+				return nil
 			}
-			for name := range left {
-				if !slices.Contains(names, name) {
-					delete(left, name)
-				}
-			}
-			return len(left) == 0, nil
-		},
-		func(ev watch.Event) (bool, error) {
-			if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Deleted {
-				delete(left, u.GetName())
-			}
-			return len(left) == 0, nil
-		})
-	return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
