@@ -14,11 +14,43 @@ import (
 
 // Base is a base image resolved to a digest per platform. Resolving reads manifests only.
 type Base struct {
-	Ref       string
+	Ref       string            // as the context names it
+	Source    string            // where it is read: Ref, or the mirror's reference
+	Mirror    *Mirror           // the mirror it is read through, or nil
 	Digest    string            // of the index, or of the single manifest
 	Platforms map[string]string // "linux/amd64" → manifest digest
 	Err       error             // why it could not be resolved
 }
+
+// String names the base for messages: its reference, and the mirror it is read from.
+func (b *Base) String() string {
+	if b.Mirror == nil {
+		return "the base " + b.Ref
+	}
+	return fmt.Sprintf("the base %s from the mirror %s (--mirror %s)", b.Ref, b.Source, b.Mirror)
+}
+
+// annotations record where the base was read when a mirror was used: the base's name as the
+// context gives it (org.opencontainers.image.base.name), its digest for the platform, and the
+// reference read (io.toa.image.base.mirror). A base read from where the context names it adds
+// none, so that the same base in two registries gives the same digests.
+func (b *Base) annotations(platform string) map[string]string {
+	if b == nil || b.Mirror == nil {
+		return nil
+	}
+	a := map[string]string{AnnotationBaseName: b.Ref, AnnotationBaseMirror: b.Source}
+	if platform != "" {
+		a[AnnotationBaseDigest] = b.Platforms[platform]
+	}
+	return a
+}
+
+// Annotations of images built on a base read from a mirror.
+const (
+	AnnotationBaseName   = "org.opencontainers.image.base.name"
+	AnnotationBaseDigest = "org.opencontainers.image.base.digest"
+	AnnotationBaseMirror = "io.toa.image.base.mirror"
+)
 
 // Pairs spells the (platform, digest) pairs of the given platforms, sorted: what the dependencies
 // hash holds instead of the base's name, so that a mirror or a retag gives the same tags.
@@ -85,10 +117,17 @@ func Platform(p *v1.Platform) string {
 }
 
 // ResolveBase reads a base's manifest, or its index and nothing more, into its per-platform
-// digests. The error, if any, is kept in the result: a plan can go on without it.
+// digests, from the mirror that matches it if there is one. The error, if any, is kept in the
+// result: a plan can go on without it.
 func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
-	b := &Base{Ref: ref, Platforms: map[string]string{}}
-	r, err := reg.Reference(ref)
+	b := &Base{Ref: ref, Source: ref, Platforms: map[string]string{}}
+	source, mirror, err := reg.Source(ref)
+	if err != nil {
+		b.Err = err
+		return b
+	}
+	b.Source, b.Mirror = source, mirror
+	r, err := reg.Reference(source)
 	if err != nil {
 		b.Err = err
 		return b

@@ -180,8 +180,8 @@ func command(img *Image) []string {
 	return cmd
 }
 
-// index makes an OCI image index of one image per platform.
-func index(images []v1.Image, targets []Target) (v1.ImageIndex, error) {
+// index makes an OCI image index of one image per platform, with the annotations given.
+func index(images []v1.Image, targets []Target, annotations map[string]string) (v1.ImageIndex, error) {
 	var adds []mutate.IndexAddendum
 	for i, img := range images {
 		p := targets[i].Platform
@@ -192,5 +192,8 @@ func index(images []v1.Image, targets []Target) (v1.ImageIndex, error) {
 		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{MediaType: mt, Platform: &p}})
 	}
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	if len(annotations) > 0 {
+		idx = mutate.Annotations(idx, annotations).(v1.ImageIndex)
+	}
 	return idx, nil
 }

@@ -47,3 +47,21 @@ func registryAnswer(e *transport.Error) string {
 	}
 	return status
 }
+
+// RegistryError is a registry request that failed: what was asked for (an image, a base and the
+// mirror it is read from), why, in a few words that name the host, and what it was needed for.
+type RegistryError struct {
+	What string // "the base ghcr.io/toa-io/runtime:1.0.0 from the mirror ..."
+	Err  error
+	Need string // "to resolve the base of composition-front"
+}
+
+func (e *RegistryError) Error() string {
+	s := e.What + ": " + reason(e.Err)
+	if e.Need != "" {
+		s += " (needed " + e.Need + ")"
+	}
+	return s
+}
+
+func (e *RegistryError) Unwrap() error { return e.Err }

@@ -43,8 +43,10 @@ type Image struct {
 	Repository  string           // "<registry.base>/<context>/<name>"
 	Composition *toa.Composition // nil for mono
 	Components  []*toa.Component
-	Base        string // the base's reference
+	Base        string // the base's reference, as the context names it
 	BaseFrom    string // where the base came from, for the user
+	BaseSource  string // where the base is read: Base, or its mirror's reference
+	Mirror      string // the mirror (FROM=TO) the base is read through, or ""
 	Run         string // the components' build.run lines
 	Platforms   []string
 
@@ -53,7 +55,7 @@ type Image struct {
 	Tag        string // the 8-hex tag, or "" while unresolved
 	Unresolved string // why the tags are not known yet
 
-	baseDigests map[string]string // platform → the base's manifest digest
+	base *Base // resolved, or with the error that kept it from being resolved
 }
 
 // Reference returns the image's reference with its tag, or "" while it is unresolved.
@@ -196,14 +198,19 @@ func describeImages(components []*toa.Component) string {
 // resolve computes the tags, or says why they cannot be computed yet.
 func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]string) error {
 	base := opts.Bases[img.Base]
+	img.BaseSource = img.Base
 	if base == nil {
 		img.Platforms = app.Registry.Platforms
 		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
 		return nil
 	}
+	img.base = base
+	if base.Mirror != nil {
+		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
+	}
 	if base.Err != nil {
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s could not be resolved: %s", img.Base, reason(base.Err))
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)
@@ -211,7 +218,6 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 		return err
 	}
 	img.Platforms = platforms
-	img.baseDigests = base.Platforms
 	hash, err := depsHash(app, img, base, opts.Toolchain)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package image
 import (
 	"archive/tar"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,20 +11,25 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // PushOptions tune Push.
 type PushOptions struct {
+	// Registries reads the bases (through their mirrors) and, without a Destination, is where
+	// the images go: the registry each image's reference names.
 	Registries *Registries
-	Layers     Layers
-	Jobs       int    // images built at once; 3 as Toa's, past which uploads contend for one uplink
-	Libc       string // the bases' libc when the user gives it; found in their layers otherwise
-	CacheDir   string // where what was learnt of a base (its libc) is kept
-	Events     func(Event)
+	// Destination is where the images go: NewRegistryDestination(Registries) when nil, or an
+	// OCI layout (OpenLayout).
+	Destination Destination
+	Layers      Layers
+	Jobs        int    // images built at once; 3 as Toa's, past which uploads contend for one uplink
+	Libc        string // the bases' libc when the user gives it; found in their layers otherwise
+	CacheDir    string // where what was learnt of a base (its libc) is kept
+	Events      func(Event)
 }
 
 // Event is a step of a push, for the progress display.
@@ -50,6 +54,9 @@ type Pushed struct {
 	DepsBuilt  bool     `json:"dependenciesBuilt"`
 	BytesSent  int64    `json:"bytesSent"`
 	Requests   int64    `json:"requests"`
+	// Copied is true when PushLayout sent the image from an OCI layout to a registry that
+	// lacked it.
+	Copied bool `json:"copied,omitempty"`
 }
 
 // Reference is the image's reference pinned by digest.
@@ -66,12 +73,13 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	if opts.Events == nil {
 		opts.Events = func(Event) {}
 	}
-	for _, img := range plan.Images {
-		if img.Tag == "" {
-			return nil, fmt.Errorf("%s: %s", img.Name, img.Unresolved)
-		}
+	if opts.Destination == nil {
+		opts.Destination = NewRegistryDestination(opts.Registries)
 	}
-	digests, err := Probe(ctx, opts.Registries, plan)
+	if err := unresolved(plan); err != nil {
+		return nil, err
+	}
+	digests, err := Probe(ctx, opts.Destination, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -97,18 +105,41 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	return result, nil
 }
 
-// Probe asks the registry, with one HEAD per image, which images of the plan it has, and
-// returns their digests by repository. Images whose tag is not known yet are not asked for.
-func Probe(ctx context.Context, reg *Registries, plan *Plan) (map[string]string, error) {
+// unresolved says why the plan cannot be pushed: an image whose base could not be resolved, with
+// the host, the mirror and every image that needed it.
+func unresolved(plan *Plan) error {
+	for _, img := range plan.Images {
+		if img.Tag != "" {
+			continue
+		}
+		if img.base == nil || img.base.Err == nil {
+			return fmt.Errorf("%s: %s", img.Name, img.Unresolved)
+		}
+		var names []string
+		for _, other := range plan.Images {
+			if other.base == img.base {
+				names = append(names, other.Name)
+			}
+		}
+		return &RegistryError{What: img.base.String(), Err: img.base.Err,
+			Need: "to resolve the base of " + strings.Join(names, ", ")}
+	}
+	return nil
+}
+
+// Probe asks the destination, with one HEAD per image for a registry, which images of the plan
+// it has, and returns their digests by repository. Images whose tag is not known yet are not
+// asked for.
+func Probe(ctx context.Context, dest Destination, plan *Plan) (map[string]string, error) {
 	digests := make([]string, len(plan.Images))
 	err := parallel(ctx, len(plan.Images), 16, func(ctx context.Context, i int) error {
 		img := plan.Images[i]
 		if img.Tag == "" {
 			return nil
 		}
-		digest, err := probe(ctx, reg, img.Reference())
+		digest, err := dest.Digest(ctx, img.Reference())
 		if err != nil {
-			return fmt.Errorf("probe %s: %s", img.Reference(), reason(err))
+			return err
 		}
 		digests[i] = digest
 		return nil
@@ -134,23 +165,6 @@ func (r *Result) Digests() map[string]string {
 	return out
 }
 
-// probe returns the digest of ref, or "" when the registry does not have it.
-func probe(ctx context.Context, reg *Registries, ref string) (string, error) {
-	r, err := reg.Reference(ref)
-	if err != nil {
-		return "", err
-	}
-	desc, err := remote.Head(r, reg.Options(ctx)...)
-	var terr *transport.Error
-	if errors.As(err, &terr) && terr.StatusCode == 404 {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return desc.Digest.String(), nil
-}
-
 type builder struct {
 	app  *toa.Application
 	opts PushOptions
@@ -160,9 +174,13 @@ type builder struct {
 }
 
 func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
-	reg := b.opts.Registries.Counted()
-	defer func() { pushed.BytesSent, pushed.Requests = reg.Sent() }()
-	deps, err := b.dependencies(ctx, reg, img, pushed)
+	src := b.opts.Registries.Counted() // the base, read from its registry or its mirror
+	var sent Sent
+	defer func() {
+		_, requests := src.Sent()
+		pushed.BytesSent, pushed.Requests = sent.Bytes, sent.Requests+requests
+	}()
+	deps, err := b.dependencies(ctx, src, img, pushed, &sent)
 	if err != nil {
 		return err
 	}
@@ -183,12 +201,15 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 		}
 		images = append(images, out)
 	}
-	idx, err := index(images, deps.targets)
+	// the index says what the dependencies index says of the base: where it was read
+	idx, err := index(images, deps.targets, deps.annotations)
 	if err != nil {
 		return err
 	}
 	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
-	if err := write(ctx, reg, img.Reference(), idx); err != nil {
+	s, err := b.opts.Destination.Write(ctx, img.Reference(), idx)
+	sent.add(s)
+	if err != nil {
 		return err
 	}
 	digest, err := idx.Digest()
@@ -201,35 +222,30 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 }
 
 type depsImages struct {
-	images  []v1.Image
-	targets []Target
-	layers  int // layers of the largest platform image
+	images      []v1.Image
+	targets     []Target
+	layers      int               // layers of the largest platform image
+	annotations map[string]string // of the index: where the base was read
 }
 
-// dependencies returns the dependencies image of each platform: from the registry when its tag
-// is there, else built on the base and pushed.
-func (b *builder) dependencies(ctx context.Context, reg *Registries, img *Image, pushed *Pushed) (*depsImages, error) {
-	ref, err := reg.Reference(img.DepsReference())
+// dependencies returns the dependencies image of each platform: from the destination when its
+// tag is there, else built on the base and written there.
+func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
+	idx, err := b.opts.Destination.Index(ctx, img.DepsReference())
 	if err != nil {
 		return nil, err
 	}
-	idx, err := remote.Index(ref, reg.Options(ctx)...)
-	var terr *transport.Error
-	switch {
-	case err == nil:
+	if idx != nil {
 		b.opts.Events(Event{img.Name, "dependencies exist " + img.DepsReference()})
 		return fromIndex(idx)
-	case errors.As(err, &terr) && terr.StatusCode == 404:
-	default:
-		return nil, fmt.Errorf("read %s: %s", img.DepsReference(), reason(err))
 	}
 	global, err := globalLines(b.app, img)
 	if err != nil {
 		return nil, err
 	}
-	out := &depsImages{}
+	out := &depsImages{annotations: img.base.annotations("")}
 	for _, platform := range img.Platforms {
-		base, target, err := b.base(ctx, reg, img, platform)
+		base, target, err := b.base(ctx, src, img, platform)
 		if err != nil {
 			return nil, err
 		}
@@ -238,18 +254,23 @@ func (b *builder) dependencies(ctx context.Context, reg *Registries, img *Image,
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Name, err)
 		}
+		if a := img.base.annotations(platform); a != nil {
+			d = mutate.Annotations(d, a).(v1.Image)
+		}
 		out.images = append(out.images, d)
 		out.targets = append(out.targets, target)
 		if n, err := layerCount(d); err == nil && n > out.layers {
 			out.layers = n
 		}
 	}
-	idx, err = index(out.images, out.targets)
+	idx, err = index(out.images, out.targets, out.annotations)
 	if err != nil {
 		return nil, err
 	}
 	b.opts.Events(Event{img.Name, "pushing " + img.DepsReference()})
-	if err := write(ctx, reg, img.DepsReference(), idx); err != nil {
+	s, err := b.opts.Destination.Write(ctx, img.DepsReference(), idx)
+	sent.add(s)
+	if err != nil {
 		return nil, err
 	}
 	pushed.DepsBuilt = true
@@ -261,7 +282,7 @@ func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &depsImages{}
+	out := &depsImages{annotations: m.Annotations}
 	for _, d := range m.Manifests {
 		img, err := idx.Image(d.Digest)
 		if err != nil {
@@ -293,21 +314,24 @@ func (b *builder) sourceLayerBudget(deps *depsImages) int {
 	return n
 }
 
-// base reads the base image of one platform and what the install must know of it.
+// base reads the base image of one platform, from where it was resolved (its mirror, if it has
+// one), and what the install must know of it. Its layers are read only when the destination
+// lacks them.
 func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platform string) (v1.Image, Target, error) {
-	resolved, err := reg.Reference(img.Base)
+	resolved, err := reg.Reference(img.base.Source)
 	if err != nil {
 		return nil, Target{}, err
 	}
-	digest := img.baseDigests[platform]
+	digest := img.base.Platforms[platform]
 	ref := resolved.Context().Digest(digest)
+	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
 	base, err := remote.Image(ref, reg.Options(ctx)...)
 	if err != nil {
-		return nil, Target{}, fmt.Errorf("read the base %s for %s: %s", img.Base, platform, reason(err))
+		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, Target{}, fmt.Errorf("read the config of the base %s for %s: %s", img.Base, platform, reason(err))
+		return nil, Target{}, &RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
 	}
 	libc, err := b.libcOf(base, digest)
 	if err != nil {
@@ -382,18 +406,6 @@ func holdsMusl(l v1.Layer) (bool, error) {
 			return true, nil
 		}
 	}
-}
-
-// write pushes an index and everything it holds, the tag last.
-func write(ctx context.Context, reg *Registries, ref string, idx v1.ImageIndex) error {
-	tag, err := reg.Reference(ref)
-	if err != nil {
-		return err
-	}
-	if err := remote.WriteIndex(tag, idx, reg.Options(ctx)...); err != nil {
-		return fmt.Errorf("push %s: %s", ref, reason(err))
-	}
-	return nil
 }
 
 // globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.

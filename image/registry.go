@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -24,6 +26,7 @@ type Registries struct {
 	insecure  bool
 	transport http.RoundTripper
 	keychain  authn.Keychain
+	mirrors   Mirrors
 	counter   *counter
 }
 
@@ -34,6 +37,7 @@ type registryConfig struct {
 	insecure  bool
 	caFile    string
 	keychain  authn.Keychain
+	mirrors   Mirrors
 	transport http.RoundTripper
 }
 
@@ -47,6 +51,10 @@ func WithCAFile(file string) RegistryOption { return func(c *registryConfig) { c
 
 // WithKeychain replaces Docker's keychain.
 func WithKeychain(k authn.Keychain) RegistryOption { return func(c *registryConfig) { c.keychain = k } }
+
+// WithMirrors reads bases from mirrors (--mirror, TOA_MIRRORS). Only bases are read through
+// them: the application's own images go where their references say.
+func WithMirrors(m Mirrors) RegistryOption { return func(c *registryConfig) { c.mirrors = m } }
 
 // WithTransport wraps the transport, to count requests in tests and benchmarks.
 func WithTransport(wrap func(http.RoundTripper) http.RoundTripper) RegistryOption {
@@ -64,7 +72,7 @@ func NewRegistries(opts ...RegistryOption) (*Registries, error) {
 	for _, o := range opts {
 		o(cfg) // again, so that WithTransport wraps the finished base
 	}
-	return &Registries{insecure: cfg.insecure, transport: cfg.transport, keychain: cfg.keychain}, nil
+	return &Registries{insecure: cfg.insecure, transport: cfg.transport, keychain: cfg.keychain, mirrors: cfg.mirrors}, nil
 }
 
 func baseTransport(cfg *registryConfig, opts []RegistryOption) (http.RoundTripper, error) {
@@ -156,11 +164,43 @@ func (r *Registries) Reference(s string) (name.Reference, error) {
 	return ref, nil
 }
 
+// Source returns where a base is read from: through the mirror that matches it, or from ref
+// itself (nil mirror).
+func (r *Registries) Source(ref string) (string, *Mirror, error) {
+	return r.mirrors.Redirect(ref)
+}
+
 // Options are the go-containerregistry options of every request of this run.
 func (r *Registries) Options(ctx context.Context) []remote.Option {
 	return []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithTransport(r.transport),
 		remote.WithAuthFromKeychain(r.keychain),
+		remote.WithRetryPredicate(retryable),
 	}
+}
+
+// retryable is go-containerregistry's retry predicate without the failures that retrying only
+// makes slower: a host that cannot be found or connected to (go-containerregistry retries a
+// temporary DNS failure, and a dial timeout would be waited for again), and a timeout, which
+// has already waited long enough. A connection that breaks in the middle of a transfer, and a
+// registry's 5xx and 429 answers, are retried as before (three tries, 1 s then 3 s apart).
+func retryable(err error) bool {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.As(err, &op) && op.Op == "dial", errors.As(err, &dns):
+		return false
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return false
+	}
+	if t, ok := err.(interface{ Temporary() bool }); ok && t.Temporary() {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }

@@ -35,6 +35,8 @@ type imageJSON struct {
 type baseJSON struct {
 	Reference string `json:"reference"`
 	From      string `json:"from"`
+	Source    string `json:"source,omitempty"` // the mirror's reference it is read from
+	Mirror    string `json:"mirror,omitempty"` // FROM=TO
 }
 
 type componentJSON struct {
@@ -49,8 +51,11 @@ func writePlanJSON(w io.Writer, app *toa.Application, plan *image.Plan) error {
 		Images: []imageJSON{}, Warnings: append(append([]string{}, app.Warnings...), plan.Warnings...)}
 	for _, img := range plan.Images {
 		j := imageJSON{Name: img.Name, Repository: img.Repository, Reference: img.Reference(), Tag: img.Tag,
-			Dependencies: img.DepsReference(), Base: baseJSON{img.Base, img.BaseFrom}, Platforms: img.Platforms,
+			Dependencies: img.DepsReference(), Base: baseJSON{Reference: img.Base, From: img.BaseFrom}, Platforms: img.Platforms,
 			Unresolved: img.Unresolved}
+		if img.Mirror != "" {
+			j.Base.Source, j.Base.Mirror = img.BaseSource, img.Mirror
+		}
 		for _, c := range img.Components {
 			j.Components = append(j.Components, componentJSON{c.Locator.ID, c.Locator.Label, c.Version, c.VersionDeclared})
 		}
@@ -77,6 +82,9 @@ func writePlanText(w io.Writer, app *toa.Application, plan *image.Plan) error {
 		fmt.Fprintf(tw, "  image\t%s\n", ref)
 		fmt.Fprintf(tw, "  dependencies\t%s\n", deps)
 		fmt.Fprintf(tw, "  base\t%s (%s)\n", img.Base, img.BaseFrom)
+		if img.Mirror != "" {
+			fmt.Fprintf(tw, "  read from\t%s (--mirror %s)\n", img.BaseSource, img.Mirror)
+		}
 		fmt.Fprintf(tw, "  platforms\t%s\n", strings.Join(img.Platforms, ", "))
 		for i, c := range img.Components {
 			head := ""

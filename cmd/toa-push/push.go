@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,13 +22,55 @@ type pushCommand struct {
 	Env           string        `arg:"" optional:"" name:"ENV" help:"Environment, as Toa's 'toa deploy [environment]'; a chain like staging:production is allowed. Default: TOA_ENV, else 'default'."`
 	Path          string        `name:"path" short:"p" default:"." placeholder:"DIR" help:"The context's folder (the one with context.toa.yaml)."`
 	Plan          bool          `name:"plan" help:"Print what would be built, and build and push nothing."`
-	Kustomization string        `name:"kustomization" short:"k" default:"deployment" placeholder:"DIR" help:"Where the kustomization goes."`
+	Kustomization string        `name:"kustomization" short:"k" placeholder:"DIR" help:"Where the kustomization goes. Default: deployment; with --oci-layout, DIR/kustomization."`
 	Output        cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
 	Mono          bool          `name:"mono" help:"One 'mono' image and deployment, as Toa's --mono."`
 	Insecure      bool          `name:"insecure" help:"Allow registries with plain HTTP or certificates that do not verify."`
 	CAFile        string        `name:"ca-file" type:"existingfile" placeholder:"FILE" help:"Trust this CA for registries."`
 	Timeout       time.Duration `name:"resolve-timeout" default:"20s" help:"How long resolving a base may take."`
+	Mirror        []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
+	OCILayout     string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
+	FromOCILayout string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
 	Verbose       bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+}
+
+// Validate refuses flags that cannot go together, before any work.
+func (c *pushCommand) Validate() error {
+	if c.FromOCILayout == "" {
+		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
+			return fmt.Errorf("--kustomization cannot be the --oci-layout folder itself: leave it out (the kustomization goes to %s)", filepath.Join(c.OCILayout, "kustomization"))
+		}
+		return nil
+	}
+	for flag, set := range map[string]bool{"an environment": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
+		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0} {
+		if set {
+			return fmt.Errorf("--from-oci-layout pushes the layout as --oci-layout wrote it, and takes no %s: give those where the layout is written", flag)
+		}
+	}
+	return nil
+}
+
+// kustomizationDir is where the kustomization goes: -k, else beside the layout's images, else
+// deployment.
+func (c *pushCommand) kustomizationDir() string {
+	switch {
+	case c.Kustomization != "":
+		return c.Kustomization
+	case c.OCILayout != "":
+		return filepath.Join(c.OCILayout, "kustomization")
+	}
+	return "deployment"
+}
+
+// mirrors are TOA_MIRRORS', then --mirror's, a flag overriding the environment for the same FROM.
+func (c *pushCommand) mirrors() (image.Mirrors, error) {
+	specs := strings.Split(os.Getenv("TOA_MIRRORS"), ",")
+	m, err := image.ParseMirrors(append(specs, c.Mirror...)...)
+	if err != nil {
+		return nil, &cli.BadInput{Err: err}
+	}
+	return m, nil
 }
 
 func (c *pushCommand) environment() string {
@@ -41,6 +84,9 @@ func (c *pushCommand) environment() string {
 }
 
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
+	if c.FromOCILayout != "" {
+		return c.pushLayout(ctx, log)
+	}
 	app, err := c.load()
 	if err != nil {
 		return err
@@ -48,9 +94,21 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	for _, w := range app.Warnings {
 		log.Warn(w)
 	}
-	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile))
+	mirrors, err := c.mirrors()
+	if err != nil {
+		return err
+	}
+	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile), image.WithMirrors(mirrors))
 	if err != nil {
 		return &cli.BadInput{Err: err}
+	}
+	var dest image.Destination = image.NewRegistryDestination(reg)
+	if c.OCILayout != "" {
+		layout, err := image.OpenLayout(c.OCILayout, map[string]string{image.AnnotationContext: app.Name, image.AnnotationEnvironment: app.Environment})
+		if err != nil {
+			return &cli.BadInput{Err: err}
+		}
+		dest = layout
 	}
 	tools, err := layer.DetectToolchain(ctx)
 	if err != nil {
@@ -64,32 +122,34 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 		log.Warn(w)
 	}
 	if c.Plan {
-		return c.writePlan(ctx, log, app, plan, reg)
+		return c.writePlan(ctx, log, app, plan, dest)
 	}
 	display := cli.NewDisplay(os.Stderr)
 	layers := image.NewLayers(app, tools, layer.WithWarnings(func(w string) { display.Print("warning: " + w) }))
 	result, err := image.Push(ctx, app, plan, image.PushOptions{
-		Registries: reg,
-		Layers:     layers,
-		CacheDir:   cacheDir(),
-		Events:     func(e image.Event) { display.Set(e.Image, e.Message) },
+		Registries:  reg,
+		Destination: dest,
+		Layers:      layers,
+		CacheDir:    cacheDir(),
+		Events:      func(e image.Event) { display.Set(e.Image, e.Message) },
 	})
 	if err != nil {
 		return err
 	}
-	if err := writeKustomization(app, plan, c.Kustomization, result.Digests()); err != nil {
+	if err := writeKustomization(app, plan, c.kustomizationDir(), result.Digests()); err != nil {
 		return err
 	}
+	out := pushReport{Context: app.Name, Environment: app.Environment, Result: result, Kustomization: c.kustomizationDir(), Layout: c.OCILayout}
 	if c.Output == cli.JSON {
-		return writePushJSON(os.Stdout, app, result, c.Kustomization)
+		return writePushJSON(os.Stdout, out)
 	}
-	return writePushText(os.Stdout, result, c.Kustomization)
+	return writePushText(os.Stdout, out)
 }
 
 // writePlan prints the plan and writes the kustomization with what is known: the digests of the
 // images the registry already has, the plan's tags for the others.
-func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, reg *image.Registries) error {
-	digests, err := image.Probe(ctx, reg, plan)
+func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, dest image.Destination) error {
+	digests, err := image.Probe(ctx, dest, plan)
 	if err != nil {
 		log.Warnf("the registry could not be asked which images it has: %v", err)
 	}
@@ -102,13 +162,13 @@ func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *to
 		return err
 	}
 	var notWritten *notWrittenError
-	switch err := writeKustomization(app, plan, c.Kustomization, digests); {
+	switch err := writeKustomization(app, plan, c.kustomizationDir(), digests); {
 	case errors.As(err, &notWritten):
 		log.Warn(err.Error())
 	case err != nil:
 		return err
 	default:
-		log.Infof("wrote the kustomization to %s", c.Kustomization)
+		log.Infof("wrote the kustomization to %s", c.kustomizationDir())
 	}
 	return nil
 }

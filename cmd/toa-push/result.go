@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/toa-deploy/toa-deploy/image"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 type pushedJSON struct {
@@ -15,16 +14,28 @@ type pushedJSON struct {
 	Reference string `json:"reference"`
 }
 
+// pushReport is what a push did, as the command reports it.
+type pushReport struct {
+	Context, Environment string
+	Result               *image.Result
+	Kustomization        string
+	Layout               string // the OCI layout written to, or ""
+	FromLayout           string // the OCI layout pushed from, or ""
+}
+
 // writePushJSON lists every image with its digest, whether it was built, and the bytes sent.
-func writePushJSON(w io.Writer, app *toa.Application, result *image.Result, kustomization string) error {
+func writePushJSON(w io.Writer, o pushReport) error {
 	out := struct {
 		Context       string       `json:"context"`
 		Environment   string       `json:"environment"`
 		Images        []pushedJSON `json:"images"`
 		BytesSent     int64        `json:"bytesSent"`
 		Kustomization string       `json:"kustomization"`
-	}{Context: app.Name, Environment: app.Environment, Images: []pushedJSON{}, Kustomization: kustomization}
-	for _, p := range result.Images {
+		Layout        string       `json:"ociLayout,omitempty"`
+		FromLayout    string       `json:"fromOCILayout,omitempty"`
+	}{Context: o.Context, Environment: o.Environment, Images: []pushedJSON{}, Kustomization: o.Kustomization,
+		Layout: o.Layout, FromLayout: o.FromLayout}
+	for _, p := range o.Result.Images {
 		out.Images = append(out.Images, pushedJSON{Pushed: p, Reference: p.Reference()})
 		out.BytesSent += p.BytesSent
 	}
@@ -33,24 +44,34 @@ func writePushJSON(w io.Writer, app *toa.Application, result *image.Result, kust
 	return enc.Encode(out)
 }
 
-func writePushText(w io.Writer, result *image.Result, kustomization string) error {
+func writePushText(w io.Writer, o pushReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	sent := "sent"
+	if o.Layout != "" {
+		sent = "written"
+	}
 	var total int64
-	for _, p := range result.Images {
+	for _, p := range o.Result.Images {
 		what := "exists"
 		switch {
 		case p.DepsBuilt:
 			what = "built with its dependencies"
 		case p.Built:
 			what = "built"
+		case p.Copied:
+			what = "pushed from the layout"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s, %s sent\n", p.Name, p.Reference(), what, humanBytes(p.BytesSent))
+		fmt.Fprintf(tw, "%s\t%s\t%s, %s %s\n", p.Name, p.Reference(), what, humanBytes(p.BytesSent), sent)
 		total += p.BytesSent
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%s sent in all; the kustomization is in %s\n", humanBytes(total), kustomization)
+	where := ""
+	if o.Layout != "" {
+		where = " to the OCI layout " + o.Layout
+	}
+	_, err := fmt.Fprintf(w, "%s %s in all%s; the kustomization is in %s\n", humanBytes(total), sent, where, o.Kustomization)
 	return err
 }
 

@@ -1,0 +1,98 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// Destination is where a push puts the application's images: the registry each image's
+// reference names (NewRegistryDestination), or an OCI image layout on disk (OpenLayout). Probe
+// and Push ask it these questions and nothing else, so that neither tests which one it is.
+type Destination interface {
+	// Digest returns the digest of the index tagged ref, or "" when the destination lacks it.
+	Digest(ctx context.Context, ref string) (string, error)
+	// Index returns the index tagged ref, or nil when the destination lacks it.
+	Index(ctx context.Context, ref string) (v1.ImageIndex, error)
+	// Write puts the index and everything it holds under ref, the tag last, so that a failed
+	// write leaves no tag on an incomplete image. It returns what it sent, also on failure.
+	Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent, error)
+}
+
+// Sent is what a write cost: the bytes sent (to a registry) or written (to a layout), and the
+// requests made.
+type Sent struct {
+	Bytes, Requests int64
+}
+
+func (s *Sent) add(o Sent) {
+	s.Bytes += o.Bytes
+	s.Requests += o.Requests
+}
+
+// RegistryDestination puts images into the registries their references name.
+type RegistryDestination struct {
+	reg *Registries
+}
+
+// NewRegistryDestination is the registries of reg as a destination.
+func NewRegistryDestination(reg *Registries) *RegistryDestination {
+	return &RegistryDestination{reg: reg}
+}
+
+// Digest asks with one HEAD.
+func (d *RegistryDestination) Digest(ctx context.Context, ref string) (string, error) {
+	r, err := d.reg.Reference(ref)
+	if err != nil {
+		return "", err
+	}
+	desc, err := remote.Head(r, d.reg.Options(ctx)...)
+	if notFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", &RegistryError{What: ref, Err: err, Need: "to ask the target registry which images it has"}
+	}
+	return desc.Digest.String(), nil
+}
+
+// Index reads the index; its images and layers stay in the registry until they are read.
+func (d *RegistryDestination) Index(ctx context.Context, ref string) (v1.ImageIndex, error) {
+	r, err := d.reg.Reference(ref)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := remote.Index(r, d.reg.Options(ctx)...)
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &RegistryError{What: ref, Err: err, Need: "to read the dependencies image from the target registry"}
+	}
+	return idx, nil
+}
+
+// Write pushes what the registry lacks: blobs it has are not sent again, blobs of another
+// repository of the same registry are mounted, and the tag goes last.
+func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent, error) {
+	r, err := d.reg.Reference(ref)
+	if err != nil {
+		return Sent{}, err
+	}
+	counted := d.reg.Counted()
+	err = remote.WriteIndex(r, idx, counted.Options(ctx)...)
+	bytes, requests := counted.Sent()
+	if err != nil {
+		return Sent{bytes, requests}, fmt.Errorf("push %s: %s", ref, reason(err))
+	}
+	return Sent{bytes, requests}, nil
+}
+
+func notFound(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == 404
+}
