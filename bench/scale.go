@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Item 3: an application of 50 compositions for three platforms: the no-change push and the plan.
+
+const scaleCompositions = 50
+
+// scaleApp writes an application of 50 components, each its own (derived) composition, for
+// linux/amd64, linux/arm/v7 and linux/arm64 on the three-platform test base.
+func (b *bench) scaleApp(dir, base string) error {
+	ctx := fmt.Sprintf(`name: scale
+runtime: 1.0.0-alpha.289
+registry:
+  base: %s
+  platforms: [linux/amd64, linux/arm/v7, linux/arm64]
+  build:
+    image: %s
+resources:
+  cpu: [100m, 500m]
+  memory: [128Mi, 256Mi]
+amqp: amqp://rabbitmq
+`, b.addr, base)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "context.toa.yaml"), []byte(ctx), 0o644); err != nil {
+		return err
+	}
+	if err := b.linkExtensions(dir); err != nil {
+		return err
+	}
+	for i := 1; i <= scaleCompositions; i++ {
+		c := filepath.Join(dir, "components", fmt.Sprintf("scale.c%02d", i))
+		if err := os.MkdirAll(c, 0o755); err != nil {
+			return err
+		}
+		manifest := fmt.Sprintf("operations:\n  get%02d:\n    output: integer\n", i)
+		code := fmt.Sprintf("'use strict'\n\nexports.get%02d = async () => %d\n", i, i)
+		if err := os.WriteFile(filepath.Join(c, "manifest.toa.yaml"), []byte(manifest), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(c, "operations.js"), []byte(code), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) scale() error {
+	base, err := pushThreePlatformBase(b.addr)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(b.work, "scale")
+	app := filepath.Join(dir, "app")
+	if err := b.scaleApp(app, base); err != nil {
+		return err
+	}
+	cache := filepath.Join(dir, "cache")
+	os.MkdirAll(cache, 0o755)
+	os.Symlink(b.npmCache, filepath.Join(cache, "npm"))
+	env := []string{"TOA_CACHE=" + cache}
+	push := []string{b.toaPush, "-o", "json", "--path", app, "-k", filepath.Join(dir, "deployment")}
+	plan := []string{b.toaPush, "--plan", "-o", "json", "--path", app, "-k", filepath.Join(dir, "plan")}
+	fmt.Fprintf(os.Stderr, "bench: scale, the first push of %d compositions × 3 platforms\n", scaleCompositions)
+	first, err := b.measure(app, env, "scale-first", push...)
+	if err != nil {
+		return err
+	}
+	out, err := parsePush(first.stdout)
+	if err != nil {
+		return err
+	}
+	if len(out.Images) != scaleCompositions {
+		return fmt.Errorf("the scale application has %d images, not %d", len(out.Images), scaleCompositions)
+	}
+	var pushes, plans, npmV, nodeV series
+	var lastLog []string
+	for run := 1; run <= b.runs; run++ {
+		order := []string{"push", "plan"}
+		if run%2 == 0 {
+			order = []string{"plan", "push"}
+		}
+		for _, what := range order {
+			fmt.Fprintf(os.Stderr, "bench: scale, %s, run %d\n", what, run)
+			switch what {
+			case "push":
+				s, err := b.measure(app, env, fmt.Sprintf("scale-push-%d", run), push...)
+				if err != nil {
+					return err
+				}
+				if o, err := parsePush(s.stdout); err != nil {
+					return err
+				} else {
+					for _, img := range o.Images {
+						if img.Built {
+							return fmt.Errorf("the no-change push built %s", img.Name)
+						}
+					}
+				}
+				pushes = append(pushes, s)
+				var buf bytes.Buffer
+				requestLog(&buf, s.log)
+				lastLog = strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+			case "plan":
+				s, err := b.measure(app, env, fmt.Sprintf("scale-plan-%d", run), plan...)
+				if err != nil {
+					return err
+				}
+				plans = append(plans, s)
+			}
+		}
+		// what every run of toa-push pays before it reads the context: node's and npm's versions
+		for _, tool := range []string{"npm", "node"} {
+			start := time.Now()
+			if err := exec.Command(tool, "--version").Run(); err != nil {
+				return err
+			}
+			s := sample{wall: time.Since(start)}
+			if tool == "npm" {
+				npmV = append(npmV, s)
+			} else {
+				nodeV = append(nodeV, s)
+			}
+		}
+	}
+	fmt.Printf("\n### 3. Scale: %d compositions × 3 platforms (linux/amd64, linux/arm/v7, linux/arm64)\n\n", scaleCompositions)
+	fmt.Printf("bench/scale.go writes the application (50 components, each its own derived composition, no dependencies) on the test base "+
+		"of internal/harness with a third entry, linux/arm/v7, that reuses the arm64 layers. The first push (not in the table: %s, %d requests) "+
+		"puts every image in the registry; then the no-change push and `--plan` alone, %d runs each, alternating.\n\n",
+		secs(first.wall.Seconds()), first.requests, b.runs)
+	fmt.Println("| command | median | min | max | requests | sent |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Printf("| toa-push (no change) | %s | %s | %s | %.0f | %s |\n", secs(pushes.wall()), secs(pushes.minWall()), secs(pushes.maxWall()), pushes.requests(), size(pushes.sent()))
+	fmt.Printf("| toa-push --plan | %s | %s | %s | %.0f | %s |\n", secs(plans.wall()), secs(plans.minWall()), secs(plans.maxWall()), plans.requests(), size(plans.sent()))
+	fmt.Printf("| of which `npm --version` (asked by every run) | %s | %s | %s | | |\n", secs(npmV.wall()), secs(npmV.minWall()), secs(npmV.maxWall()))
+	fmt.Printf("| of which `node --version` | %s | %s | %s | | |\n", secs(nodeV.wall()), secs(nodeV.minWall()), secs(nodeV.maxWall()))
+	fmt.Printf("\n- No-change push of 50 compositions × 3 platforms under 2 s: %s (target < 2 s): %s.\n", secs(pushes.wall()), verdict(pushes.wall() < 2))
+	fmt.Printf("- `--plan` alone under 2 s: %s (target < 2 s): %s.\n", secs(plans.wall()), verdict(plans.wall() < 2))
+	heads := 0
+	other := 0
+	for _, r := range pushes[len(pushes)-1].log {
+		switch {
+		case r.Method == "HEAD" && strings.Contains(r.Path, "/scale/"):
+			heads++
+		case strings.Contains(r.Path, "/bases/") || r.Path == "/v2/":
+		default:
+			other++
+		}
+	}
+	fmt.Printf("- Requests of the no-change push: %d HEADs of the application's images (one per image: %d), %d other requests on the application's repositories; "+
+		"the rest resolve the one base: %s.\n", heads, scaleCompositions, other, verdict(heads == scaleCompositions && other == 0))
+	fmt.Printf("\ntoa-push's requests, no-change push of 50 compositions (last run):\n\n```\n%s\n```\n", strings.Join(lastLog, "\n"))
+	return nil
+}
