@@ -145,7 +145,15 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	if lockPath == "" {
 		verb = "install"
 	}
-	args := append([]string{verb, "--prefix=" + dir, "--install-links"}, in.args(o)...)
+	args := append([]string{verb, "--prefix=" + dir, "--install-links"}, in.args(o, npmrc)...)
+	if verb == "ci" {
+		// The lockfile pins every package by name, version and integrity, so what npm's cache
+		// holds for it cannot be stale: npm takes it from the cache without asking the registry
+		// first, and installs with no registry in reach when the cache has it all (npm's default
+		// asks, and falls back to the cache only after its retries, minutes later). npm's own
+		// offline=true still turns every cache miss into an error instead of a request.
+		args = append(args, "--prefer-offline")
+	}
 	out, err := runNpm(ctx, dir, args...)
 	if w := warnings(out); len(w) > 0 {
 		o.warn(fmt.Sprintf("npm %s for %s on %s:\n  %s", verb, c.Locator.ID, p, strings.Join(w, "\n  ")))
@@ -158,6 +166,9 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, p, err)
+		}
+		if why := unreachable(out); why != "" {
+			return nil, fmt.Errorf("install the dependencies of %s for %s: %s", c.Locator.ID, p, why)
 		}
 		return nil, fmt.Errorf("install the dependencies of %s for %s: npm %s: %w\n%s", c.Locator.ID, p, verb, err, indent(out))
 	}

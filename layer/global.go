@@ -323,7 +323,11 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 	if g := globalConfig(in.runner); g != "" {
 		args = append(args, "--globalconfig="+g)
 	}
-	args = append(append(args, in.args(o)...), pkgs...)
+	args = append(args, in.args(o, npmrc.String())...)
+	if cacheable {
+		args = append(args, "--prefer-offline") // exact versions: what the cache holds is what would be fetched
+	}
+	args = append(args, pkgs...)
 	out, err := runNpm(ctx, staging, args...)
 	if w := warnings(out); len(w) > 0 {
 		o.warn(fmt.Sprintf("npm install -g on %s:\n  %s", p, strings.Join(w, "\n  ")))
@@ -331,6 +335,9 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("install %s for %s: %w", strings.Join(pkgs, " "), p, err)
+		}
+		if why := unreachable(out); why != "" {
+			return nil, fmt.Errorf("install %s for %s: %s", strings.Join(pkgs, " "), p, why)
 		}
 		return nil, fmt.Errorf("install %s for %s: npm install -g: %w\n%s", strings.Join(pkgs, " "), p, err, indent(out))
 	}

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -164,10 +166,12 @@ func (o *options) newInstall(ctx context.Context, p Platform) (*install, error) 
 // skipScripts is true when npm runs with --ignore-scripts.
 func (in *install) skipScripts() bool { return in.foreign || in.otherNode }
 
-// args are the flags every install for the platform gets.
-func (in *install) args(o *options) []string {
+// args are the flags every install for the platform gets. npmrc is the project configuration the
+// install reads.
+func (in *install) args(o *options, npmrc string) []string {
 	args := []string{"--omit=dev", "--os=" + in.platform.OS, "--cpu=" + in.cpu, "--libc=" + in.platform.Libc,
 		"--no-audit", "--no-fund", "--no-update-notifier", "--cache=" + o.npmCache}
+	args = append(args, retryArgs(in.runner, npmrc)...)
 	if in.skipScripts() {
 		args = append(args, "--ignore-scripts")
 	}
@@ -193,6 +197,75 @@ func (in *install) key(k *keyHash, o *options) {
 	k.field("global config", stripAuth(readOptional(globalConfig(in.runner))))
 	k.field("environment", npmEnvironment())
 }
+
+// fetchRetryWaits are npm's waits between the tries of a request that failed, shortened: npm
+// waits 10 s, then 60 s (fetch-retry-mintimeout, fetch-retry-maxtimeout), so that an npm
+// registry out of reach cost over two minutes before npm said so. With 1 s and 5 s, the same
+// number of tries (fetch-retries) fails in seconds. npm configuration that sets them (an .npmrc
+// the install reads, npm_config_* variables) is left to decide.
+var fetchRetryWaits = map[string]string{"fetch-retry-mintimeout": "1000", "fetch-retry-maxtimeout": "5000"}
+
+func retryArgs(r *runner, npmrc string) []string {
+	configs := []string{npmrc, readOptional(userConfig()), readOptional(globalConfig(r))}
+	var args []string
+	for _, key := range []string{"fetch-retry-mintimeout", "fetch-retry-maxtimeout"} {
+		if !npmConfigured(key, configs) {
+			args = append(args, "--"+key+"="+fetchRetryWaits[key])
+		}
+	}
+	return args
+}
+
+// npmConfigured reports whether the environment or one of the .npmrc texts sets key.
+func npmConfigured(key string, npmrcs []string) bool {
+	env := "npm_config_" + strings.ReplaceAll(key, "-", "_")
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.EqualFold(k, env) {
+			return true
+		}
+	}
+	for _, npmrc := range npmrcs {
+		for _, line := range strings.Split(npmrc, "\n") {
+			k, _, ok := strings.Cut(line, "=")
+			if ok && strings.TrimSpace(k) == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unreachable says in a sentence which npm registry npm could not reach, and what it wanted
+// from it, when that is why it failed; "" otherwise.
+func unreachable(out string) string {
+	code := npmErrorCode.FindStringSubmatch(out)
+	if code == nil {
+		return ""
+	}
+	switch code[1] {
+	case "ENOTCACHED":
+		return "npm is offline (its offline setting) and its cache lacks a package the install needs: run the install once with the npm registry in reach, or fill npm's cache"
+	case "ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ETIMEDOUT", "ENETUNREACH", "EHOSTUNREACH", "ECONNRESET", "ECONNECTIONTIMEOUT":
+	default:
+		return ""
+	}
+	what := "the npm registry"
+	if m := npmFetchFailed.FindStringSubmatch(out); m != nil {
+		u, reason := m[1], m[2]
+		if parsed, err := url.Parse(u); err == nil && parsed.Host != "" {
+			return fmt.Sprintf("npm cannot reach the npm registry %s://%s (%s), needed to fetch %s: it is what runtime.registry, an .npmrc or the runner's npm configuration names; npm installs without it only what its cache holds",
+				parsed.Scheme, parsed.Host, reason, u)
+		}
+		what += " " + u
+	}
+	return fmt.Sprintf("npm cannot reach %s (%s): it is what runtime.registry, an .npmrc or the runner's npm configuration names; npm installs without it only what its cache holds", what, code[1])
+}
+
+var (
+	npmErrorCode   = regexp.MustCompile(`(?m)^npm error code (E[A-Z]+)$`)
+	npmFetchFailed = regexp.MustCompile(`(?m)request to (\S+) failed, reason: (.*)$`)
+)
 
 // keyHash is a sha256 of named fields, each length-prefixed so that no two lists of fields
 // hash alike.
