@@ -62,11 +62,13 @@ func YAML(objects []*unstructured.Unstructured) ([]byte, error) {
 // like a CRD's objects. Objects of one rank keep their order.
 func Sort(objects []*unstructured.Unstructured) {
 	slices.SortStableFunc(objects, func(a, b *unstructured.Unstructured) int {
-		return rank(a.GetKind()) - rank(b.GetKind())
+		return Stage(a.GetKind()) - Stage(b.GetKind())
 	})
 }
 
-var applyOrder = [][]string{
+// ApplyOrder lists the kinds of each stage of an apply, in order; kinds not listed form a last
+// stage of their own.
+var ApplyOrder = [][]string{
 	{"Namespace"},
 	{"CustomResourceDefinition"},
 	{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"},
@@ -79,11 +81,12 @@ var applyOrder = [][]string{
 	{"Ingress"},
 }
 
-func rank(kind string) int {
-	for i, kinds := range applyOrder {
+// Stage is the index in ApplyOrder of a kind's stage, len(ApplyOrder) for kinds not listed.
+func Stage(kind string) int {
+	for i, kinds := range ApplyOrder {
 		if slices.Contains(kinds, kind) {
 			return i
 		}
 	}
-	return len(applyOrder)
+	return len(ApplyOrder)
 }

@@ -64,7 +64,7 @@ func Files(objects []manifest.Object, images []Image, contextName string) (map[s
 			kinds = append(kinds, kind)
 		}
 	}
-	slices.SortStableFunc(kinds, func(a, b string) int { return rank(a) - rank(b) })
+	slices.SortStableFunc(kinds, func(a, b string) int { return Stage(a) - Stage(b) })
 
 	k := kustomization{
 		APIVersion: "kustomize.config.k8s.io/v1beta1",

@@ -65,7 +65,8 @@ func TestByStage(t *testing.T) {
 			got = append(got, o.GetKind())
 		}
 	}
-	want := "Namespace CustomResourceDefinition Secret ServiceAccount ConfigMap Service Deployment Ingress Widget"
+	// ServiceAccounts and RBAC before ConfigMaps and Secrets, as kustomize.Sort renders them
+	want := "Namespace CustomResourceDefinition ServiceAccount Secret ConfigMap Service Deployment Ingress Widget"
 	if strings.Join(got, " ") != want {
 		t.Errorf("apply order = %v, want %s", got, want)
 	}

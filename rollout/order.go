@@ -1,42 +1,22 @@
 package rollout
 
 import (
-	"slices"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/toa-deploy/toa-deploy/kustomize"
 )
 
-// stages is DESIGN.md's apply order: Namespaces and CRDs (established before anything else),
-// then ServiceAccounts, RBAC, ConfigMaps and Secrets, then what workloads need besides, then
-// Services, then workloads, then Ingress. Kinds not named go last, after the CRDs that define
-// them.
-var stages = [][]string{
-	{"Namespace"},
-	{"CustomResourceDefinition"},
-	{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding", "ConfigMap", "Secret"},
-	{"ResourceQuota", "LimitRange", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass",
-		"StorageClass", "PersistentVolume", "PersistentVolumeClaim", "IngressClass"},
-	{"Service"},
-	{"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Pod", "Job", "CronJob",
-		"HorizontalPodAutoscaler"},
-	{"Ingress"},
-}
+// stageCRD is the stage of CustomResourceDefinitions, which must be Established before the
+// stages after them are applied.
+var stageCRD = kustomize.Stage("CustomResourceDefinition")
 
-const stageCRD = 1
-
-// stage is the rank of a kind in stages; unknown kinds rank last.
-func stage(kind string) int {
-	for i, kinds := range stages {
-		if slices.Contains(kinds, kind) {
-			return i
-		}
-	}
-	return len(stages)
-}
+// stage is the rank of a kind in DESIGN.md's apply order (kustomize.ApplyOrder, the order a
+// render is sorted in); unknown kinds rank last, after the CRDs that define them.
+func stage(kind string) int { return kustomize.Stage(kind) }
 
 // byStage groups objects by stage, in apply order; objects of one stage keep their order.
 func byStage(objects []*unstructured.Unstructured) [][]*unstructured.Unstructured {
-	out := make([][]*unstructured.Unstructured, len(stages)+1)
+	out := make([][]*unstructured.Unstructured, len(kustomize.ApplyOrder)+1)
 	for _, obj := range objects {
 		s := stage(obj.GetKind())
 		out[s] = append(out[s], obj)
