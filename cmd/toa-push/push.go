@@ -42,7 +42,7 @@ func (c *pushCommand) Validate() error {
 		}
 		return nil
 	}
-	for flag, set := range map[string]bool{"an environment": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
+	for flag, set := range map[string]bool{"environment argument": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
 		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0} {
 		if set {
 			return fmt.Errorf("--from-oci-layout pushes the layout as --oci-layout wrote it, and takes no %s: give those where the layout is written", flag)
