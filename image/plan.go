@@ -37,11 +37,12 @@ type Plan struct {
 	Warnings []string
 }
 
-// Image is one workload's image: a composition's, or mono's.
+// Image is one workload's image: a composition's, mono's, or an extension service's.
 type Image struct {
 	Name        string           // "composition-edge" or "mono"
 	Repository  string           // "<registry.base>/<context>/<name>"
 	Composition *toa.Composition // nil for mono
+	Service     *Service         // the extension service it is the image of; nil for a composition and mono
 	Components  []*toa.Component
 	Base        string // the base's reference, as the context names it
 	BaseFrom    string // where the base came from, for the user

@@ -174,6 +174,9 @@ type builder struct {
 }
 
 func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
+	if img.Service != nil {
+		return b.buildService(ctx, img, pushed)
+	}
 	src := b.opts.Registries.Counted() // the base, read from its registry or its mirror
 	var sent Sent
 	defer func() {

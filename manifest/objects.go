@@ -3,10 +3,12 @@ package manifest
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,13 +63,15 @@ const (
 	labelPrefix             = "toa/"
 )
 
-// Objects returns the Deployments and Services of the values, in the chart's order: the
-// compositions' Deployments, then the components' Services. file is the context file that
-// messages about resources name.
+// Objects returns the objects of the values, in the chart's order: the compositions'
+// Deployments, the components' Services, each extension service's Deployment (unless a
+// workload runs it), Service (where it has a port) and Ingress (where it asks for one), and
+// mono's Deployment, Service and Ingress. file is the context file that messages about
+// resources name.
 func (v *Values) Objects(file string) ([]Object, error) {
 	var out []Object
 	for _, w := range v.Compositions {
-		d, err := v.composition(w)
+		d, err := v.composition(w, "composition-"+w.Name)
 		if err != nil {
 			return nil, &toa.Error{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
 		}
@@ -76,11 +80,35 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	for _, label := range v.Components {
 		out = append(out, componentService(label))
 	}
+	for _, s := range v.Services {
+		objects, err := serviceObjects(s)
+		if err != nil {
+			return nil, &toa.Error{File: file, Key: s.resourcesKey, Message: fmt.Sprintf("Service '%s': %v", s.Name, err)}
+		}
+		out = append(out, objects...)
+	}
+	if w := v.Mono; w != nil {
+		d, err := v.composition(w, MonoWorkload)
+		if err != nil {
+			return nil, &toa.Error{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+		}
+		out = append(out, d)
+		if len(w.Backends) > 0 {
+			var ports []corev1.ServicePort
+			for _, b := range w.Backends {
+				ports = append(ports, servicePort(b.Port))
+			}
+			out = append(out, kubeService(MonoWorkload, w.Annotations, map[string]string{labelPrefix + "composition": MonoWorkload}, ports))
+			if w.Ingress != nil {
+				out = append(out, ingress(MonoWorkload, w.Ingress, w.Backends))
+			}
+		}
+	}
 	return out, nil
 }
 
-// composition is templates/compositions.yaml.
-func (v *Values) composition(w *Workload) (*appsv1.Deployment, error) {
+// composition is templates/compositions.yaml, and mono.yaml's Deployment.
+func (v *Values) composition(w *Workload, name string) (*appsv1.Deployment, error) {
 	selector := map[string]string{labelPrefix + "composition": w.Name}
 	labels := map[string]string{labelPrefix + "composition": w.Name}
 	for _, c := range w.Components {
@@ -99,10 +127,10 @@ func (v *Values) composition(w *Workload) (*appsv1.Deployment, error) {
 	}
 	container.Env = append(env, container.Env...)
 	for _, b := range w.Backends {
-		container.Ports = append(container.Ports, corev1.ContainerPort{ContainerPort: b.Port})
+		container.Ports = appendPort(container.Ports, b.Port)
 	}
 	if w.Probe != nil {
-		container.Ports = append(container.Ports, corev1.ContainerPort{ContainerPort: w.Probe.Port})
+		container.Ports = appendPort(container.Ports, w.Probe.Port)
 	}
 	for _, m := range w.Mounts {
 		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: m.Name, MountPath: m.Path})
@@ -119,7 +147,94 @@ func (v *Values) composition(w *Workload) (*appsv1.Deployment, error) {
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Claim}}})
 	}
-	return deployment("composition-"+w.Name, w.Replicas, selector, labels, pod), nil
+	return deployment(name, w.Replicas, selector, labels, pod), nil
+}
+
+// appendPort lists a container port once: a service whose probe answers on its own port binds
+// it once.
+func appendPort(ports []corev1.ContainerPort, port int32) []corev1.ContainerPort {
+	for _, p := range ports {
+		if p.ContainerPort == port {
+			return ports
+		}
+	}
+	return append(ports, corev1.ContainerPort{ContainerPort: port})
+}
+
+// serviceObjects is templates/services.yaml: the Deployment of a service no workload runs, its
+// Service where it has a port, its Ingress where it asks for one.
+func serviceObjects(s *Service) ([]Object, error) {
+	var out []Object
+	name := "extension-" + s.Name
+	if len(s.Workload) == 0 {
+		selector := map[string]string{labelPrefix + "service": name}
+		labels := map[string]string{labelPrefix + "service": name, labelPrefix + "service-" + s.Name: "1"}
+		c, err := container(name, &Workload{Image: s.Image, Resources: s.Resources, Variables: s.Variables, Probe: s.Probe})
+		if err != nil {
+			return nil, err
+		}
+		pod := corev1.PodSpec{
+			Containers:                    []corev1.Container{c},
+			TerminationGracePeriodSeconds: ptr(int64(gracePeriodSeconds)),
+			TopologySpreadConstraints:     spread(selector),
+		}
+		out = append(out, deployment(name, 0, selector, labels, pod))
+	}
+	if s.Port != 0 {
+		out = append(out, kubeService(name, s.Annotations, map[string]string{labelPrefix + "service-" + s.Name: "1"},
+			[]corev1.ServicePort{servicePort(s.Port)}))
+	}
+	if s.Ingress != nil {
+		path := s.Ingress.Path
+		if path == "" {
+			path = "/"
+		}
+		out = append(out, ingress(name, s.Ingress, []Backend{{Port: s.Port, Path: path}}))
+	}
+	return out, nil
+}
+
+func servicePort(port int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: fmt.Sprintf("port-%d", port), Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)}
+}
+
+func kubeService(name string, annotations, selector map[string]string, ports []corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: maps.Clone(annotations)},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Selector: selector, Ports: ports},
+	}
+}
+
+// ingress is the chart's Ingress of a service, or mono's: a rule per host, and one with no host
+// where the ingress is the default, each with a path per backend (the longest first) to the
+// Service of the same name.
+func ingress(name string, in *Ingress, backends []Backend) *networkingv1.Ingress {
+	var paths []networkingv1.HTTPIngressPath
+	prefix := networkingv1.PathTypePrefix
+	for _, b := range backends {
+		paths = append(paths, networkingv1.HTTPIngressPath{Path: b.Path, PathType: &prefix,
+			Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{
+				Name: name, Port: networkingv1.ServiceBackendPort{Number: b.Port}}}})
+	}
+	rule := func(host string) networkingv1.IngressRule {
+		return networkingv1.IngressRule{Host: host, IngressRuleValue: networkingv1.IngressRuleValue{
+			HTTP: &networkingv1.HTTPIngressRuleValue{Paths: slices.Clone(paths)}}}
+	}
+	out := &networkingv1.Ingress{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "Ingress"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: maps.Clone(in.Annotations)},
+	}
+	if in.Class != "" {
+		out.Spec.IngressClassName = ptr(in.Class)
+	}
+	for _, h := range in.Hosts {
+		out.Spec.Rules = append(out.Spec.Rules, rule(h))
+	}
+	if in.Default != nil && *in.Default {
+		out.Spec.Rules = append(out.Spec.Rules, rule(""))
+	}
+	return out
 }
 
 // deployment is what every workload's Deployment shares: replicas, the rollout strategy and its

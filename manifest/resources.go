@@ -13,7 +13,27 @@ import (
 // context's (`resources: null` is an answer: deploy without), else it is refused; then the heap
 // is sized by the memory limit.
 func settleResources(app *toa.Application, v *Values) error {
-	for _, w := range v.Compositions {
+	units := append([]*Workload(nil), v.Compositions...)
+	if v.Mono != nil {
+		units = append([]*Workload{v.Mono}, units...)
+	}
+	// a service a workload runs is asked nothing: the workload's resources are its
+	var services []*Service
+	for _, s := range v.Services {
+		if len(s.Workload) == 0 {
+			w := &Workload{Subject: fmt.Sprintf("Service '%s'", s.Name), Resources: s.Resources,
+				Variables: s.Variables, resourcesKey: "resources"}
+			units = append(units, w)
+			services = append(services, s)
+		}
+	}
+	defer func() {
+		for i, s := range services {
+			w := units[len(units)-len(services)+i]
+			s.Resources, s.Variables, s.resourcesKey = w.Resources, w.Variables, w.resourcesKey
+		}
+	}()
+	for _, w := range units {
 		if w.Resources == nil {
 			w.Resources, w.resourcesKey = app.Resources, "resources"
 		}

@@ -23,13 +23,13 @@ type Values struct {
 	Credentials  string      // the image pull Secret every composition names, or ""
 	Compositions []*Workload // a `composition-<name>` Deployment each
 	Components   []string    // the labels of the components deployed: a Service each
+	Services     []*Service  // the extensions' services: objects named extension-<name>
+	Mono         *Workload   // the `mono` Deployment of --mono, with its Service and Ingress; nil otherwise
 }
 
-// Workload is one Deployment as Toa's values describe it. Compositions are the only workloads
-// today; the mono deployment and the extension services fill the same fields (Hosted, Services,
-// Backends and Probe come from the services a workload runs).
+// Workload is one Deployment as Toa's values describe it: a composition's, or mono's.
 type Workload struct {
-	Name       string         // the composition's name
+	Name       string         // the composition's name, or "mono"
 	Subject    string         // how messages name it: "Composition 'edge'"
 	Image      string         // the container's image: the repository, and its tag when known
 	Replicas   int32          // 0 takes the chart's default, 2
@@ -40,7 +40,10 @@ type Workload struct {
 	Variables  []Variable
 	Mounts     []Mount
 	Probe      *Probe
-	Backends   []Backend
+	Backends   []Backend // the ports its services bind, longest ingress path first
+	// Ingress and Annotations are mono's: one Ingress and one Service front every service.
+	Ingress     *Ingress
+	Annotations map[string]string
 
 	// resourcesKey says where Resources came from, for messages: "compositions[0].resources"
 	// or "resources".
@@ -89,29 +92,50 @@ type Scoped[T any] struct {
 }
 
 // Dependencies are what the application's extensions and connectors declare for its workloads:
-// the merged results of their deployment() (reference §4.2). The extension issue fills them;
-// an application without extensions has none.
+// the merged results of their deployment() (reference §4.2, Merge). An application without
+// extensions has none.
 type Dependencies struct {
 	Variables []Scoped[Variable] // in Toa's merge order, which is the order they are added in
 	Mounts    []Scoped[Mount]
-	Probe     *Probe // the readiness probe of every workload (telemetry's)
+	Probe     *Probe     // the readiness probe of every workload (telemetry's)
+	Services  []*Service // the extensions' services
+	Events    []string   // the event labels the dependencies consume
+	// Deployed are the components of the dependencies' instances: the context's and the ones
+	// the extensions bring. Each that emits events is told which are consumed (TOA_EVENTS_*).
+	Deployed []*toa.Component
 }
 
-// Describe settles the application's values as Toa's describe() does (reference §5.3, §5.6):
-// a workload per composition with its image from the plan, the context's variables (TOA_CONTEXT
-// and TOA_ENV first) and the dependencies' ones, deduplicated by name with the first kept, its
-// resources or the context's, and NODE_OPTIONS sized by the memory limit. A composition without
-// resources where the context has none either is refused, as Toa refuses it.
+// Describe settles the application's values as Toa's describe() does (reference §3.3, §3.4,
+// §5.3, §5.5, §5.6): a workload per composition with its image from the plan (or, when the plan
+// is of mono, the one mono workload), the context's variables (TOA_CONTEXT and TOA_ENV first)
+// and the dependencies' ones, deduplicated by name with the first kept, the extension services
+// each composition runs, the others as services of their own, every resources settled and
+// NODE_OPTIONS sized by the memory limit. Toa's refusals are *toa.Error: resources nowhere, a
+// port two services of one workload claim, a service that asks for an ingress without hosts or
+// port, a composition that lists what contributes no service.
 func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Values, error) {
 	if deps == nil {
 		deps = &Dependencies{}
 	}
 	v := &Values{Context: app.Name, Credentials: app.Registry.Credentials}
-	variables := globals(app, deps.Variables)
-	for i, c := range app.Compositions {
-		if len(c.Services) > 0 {
-			return nil, fmt.Errorf("composition '%s' lists services %v: running extension services in a composition is not implemented yet", c.Name, c.Services)
+	mono := monoImage(plan)
+	services, err := claim(app, deps.Services, mono != nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := reserve(app, services, deps.Probe); err != nil {
+		return nil, err
+	}
+	variables := events(app, deps, globals(app, deps.Variables))
+	if mono != nil {
+		v.Mono = describeMono(app, mono, deps, variables, services)
+		v.Components = v.Mono.Components
+		if err := settleResources(app, v); err != nil {
+			return nil, err
 		}
+		return v, nil
+	}
+	for i, c := range app.Compositions {
 		img := planned(plan, c)
 		if img == nil {
 			return nil, fmt.Errorf("the plan has no image for composition '%s'", c.Name)
@@ -120,14 +144,30 @@ func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Valu
 			Name:    c.Name,
 			Subject: fmt.Sprintf("Composition '%s'", c.Name),
 			Image:   containerImage(img),
-			Probe:   deps.Probe,
 		}
 		for _, m := range c.Components {
 			w.Components = append(w.Components, m.Locator.Label)
 		}
+		var claimed []*Service
 		keys := append([]string{Global}, w.Components...)
+		for _, s := range services {
+			if slices.Contains(s.Workload, c.Name) {
+				claimed = append(claimed, s)
+				keys = append(keys, s.Components...)
+			}
+		}
 		w.Variables = addVariables(nil, variables, keys)
 		w.Mounts = addMounts(nil, deps.Mounts, keys)
+		if len(claimed) > 0 {
+			w.Services = c.Services
+			for _, s := range claimed {
+				w.Hosted = append(w.Hosted, s.Name)
+			}
+			fold(w, claimed, deps.Probe)
+		}
+		if w.Probe == nil {
+			w.Probe = deps.Probe
+		}
 		w.Resources, w.resourcesKey = c.Resources, fmt.Sprintf("compositions[%d].resources", i)
 		if !c.Declared {
 			w.resourcesKey = "resources"
@@ -141,12 +181,8 @@ func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Valu
 			}
 		}
 	}
-	if plan != nil {
-		for _, img := range plan.Images {
-			if img.Composition == nil {
-				return nil, fmt.Errorf("the %s deployment is not implemented yet", img.Name)
-			}
-		}
+	if v.Services, err = describeServices(app, plan, services, variables, deps.Probe); err != nil {
+		return nil, err
 	}
 	if err := settleResources(app, v); err != nil {
 		return nil, err
