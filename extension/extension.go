@@ -188,8 +188,8 @@ func (r *resolver) checkInstalled() error {
 	if info, err := os.Stat(dir); err == nil && info.IsDir() {
 		return nil
 	}
-	return &toa.Error{File: r.app.Root, Message: "has no node_modules: the extensions and connectors the application uses " +
-		"(" + strings.Join(r.wanted(), ", ") + ") are read from the packages installed there",
+	return &toa.Error{File: r.app.File, Message: "there is no node_modules beside it: the extensions and connectors " +
+		"the application uses (" + strings.Join(r.wanted(), ", ") + ") are read from the packages installed there",
 		Hint: "run `npm install` in the context's folder first, with a package.json that names @toa.io/runtime or these packages"}
 }
 
@@ -441,7 +441,7 @@ func (r *resolver) failure(ref, stage, message string) error {
 	e := &toa.Error{File: r.app.File, Message: ref + ": " + message}
 	switch stage {
 	case "missing":
-		e.Message = fmt.Sprintf("'%s' is not installed under %s", ref, filepath.Join(r.app.Root, "node_modules"))
+		e.Message = fmt.Sprintf("'%s' is not installed in the context's node_modules", ref)
 		if filepath.IsAbs(ref) {
 			e.Message = fmt.Sprintf("'%s' is not a package (it has no package.json)", ref)
 		}

@@ -105,9 +105,9 @@ func TestResolveErrors(t *testing.T) {
 		packages map[string]string
 		want     []string
 	}{
-		{"no node_modules", "", nil, []string{"has no node_modules", "run `npm install` in the context's folder first"}},
+		{"no node_modules", "", nil, []string{"there is no node_modules beside it", "run `npm install` in the context's folder first"}},
 		{"not installed", "", map[string]string{"@toa.io/bindings.amqp": good["@toa.io/bindings.amqp"]},
-			[]string{"'@toa.io/extensions.telemetry' is not installed under", "shop.orders use(s) it", "run `npm install`"}},
+			[]string{"'@toa.io/extensions.telemetry' is not installed in the context's node_modules; shop.orders use(s) it", "run `npm install`"}},
 		{"throws", "", map[string]string{"@toa.io/bindings.amqp": "exports.deployment = () => { throw new Error('amqp annotation is required') }",
 			"@toa.io/extensions.telemetry": good["@toa.io/extensions.telemetry"]},
 			[]string{"@toa.io/bindings.amqp: deployment() threw: amqp annotation is required"}},
@@ -119,7 +119,7 @@ func TestResolveErrors(t *testing.T) {
 			[]string{"@toa.io/bindings.amqp: deployment() returned what toa-push cannot read: services[0]: port is a string, not a number"}},
 		{"does not load", "", map[string]string{"@toa.io/bindings.amqp": "syntax error(",
 			"@toa.io/extensions.telemetry": good["@toa.io/extensions.telemetry"]},
-			[]string{"@toa.io/bindings.amqp: cannot be loaded from", "SyntaxError"}},
+			[]string{"@toa.io/bindings.amqp: cannot be loaded: SyntaxError"}},
 		{"a composition lists what is not installed", "compositions:\n  - name: edge\n    components: [shop.orders]\n    services: [exposition]\n", good,
 			[]string{"compositions: Composition 'edge' lists '@toa.io/extensions.exposition', which cannot be resolved: '@toa.io/extensions.exposition' is not installed"}},
 	} {
@@ -168,7 +168,7 @@ func writeApp(t *testing.T, extra string, packages map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
-		"context.toa.yaml": "name: shop\nruntime: 1.0.0\nregistry: localhost:5000\n" + extra,
+		"context.toa.yaml":                         "name: shop\nruntime: 1.0.0\nregistry: localhost:5000\n" + extra,
 		"components/shop.orders/manifest.toa.yaml": "operations:\n  transit: ~\n",
 	}
 	for name, js := range packages {

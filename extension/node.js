@@ -141,7 +141,7 @@ async function define (req, reference) {
   try {
     module = await load(req, reference, dir, pkg)
   } catch (error) {
-    throw new Failure(reference, 'load', `cannot be loaded from ${dir}: ${first(error)}`)
+    throw new Failure(reference, 'load', `cannot be loaded: ${first(error)}`)
   }
 
   return { reference, name: pkg.name ?? reference, version: pkg.version, dir, module }

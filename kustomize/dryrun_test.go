@@ -49,7 +49,7 @@ func TestServerSideDryRun(t *testing.T) {
 
 	dirs := []string{filepath.Join("testdata", "overlay")}
 	for _, tc := range goldenCases {
-		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env)))
+		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env, tc.mono)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -23,7 +23,7 @@ func TestKubectlKustomizeAgrees(t *testing.T) {
 	kubectl := findKubectl(t)
 	dirs := []string{filepath.Join("testdata", "overlay")}
 	for _, tc := range goldenCases {
-		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env)))
+		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env, tc.mono)))
 	}
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {

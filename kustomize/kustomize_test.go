@@ -2,6 +2,7 @@ package kustomize
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/toa-deploy/toa-deploy/extension"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/manifest"
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -25,16 +28,28 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata from what the code makes now")
 
 // goldenCases are the testdata applications and environments whose kustomization is reviewed.
-var goldenCases = []struct{ app, env string }{
-	{"derived", "default"},
-	{"declared", "default"},
-	{"declared", "dev"},
-	{"declared", "staging"},
-	{"declared", "production"},
-	{"nopackage", "default"},
+var goldenCases = []struct {
+	app, env string
+	mono     bool
+}{
+	{"derived", "default", false},
+	{"declared", "default", false},
+	{"declared", "dev", false},
+	{"declared", "staging", false},
+	{"declared", "production", false},
+	{"declared", "production", true},
+	{"nopackage", "default", false},
+	{"extended", "default", false},
+	{"extended", "hosted", false},
+	{"extended", "default", true},
 }
 
-func caseName(app, env string) string { return app + "." + env }
+func caseName(app, env string, mono bool) string {
+	if mono {
+		return app + "." + env + ".mono"
+	}
+	return app + "." + env
+}
 
 // TestGolden writes the kustomization of each testdata application and renders it in memory:
 // both must equal the reviewed files, testdata/written/<app>.<env>/ and
@@ -42,14 +57,15 @@ func caseName(app, env string) string { return app + "." + env }
 // read the diff.
 func TestGolden(t *testing.T) {
 	for _, tc := range goldenCases {
-		t.Run(caseName(tc.app, tc.env), func(t *testing.T) {
+		name := caseName(tc.app, tc.env, tc.mono)
+		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "deployment")
-			writeApp(t, tc.app, tc.env, dir)
-			written := filepath.Join("testdata", "written", caseName(tc.app, tc.env))
+			writeMono(t, tc.app, tc.env, tc.mono, dir)
+			written := filepath.Join("testdata", "written", name)
 			compareFolders(t, dir, written)
 
 			rendered := renderInMemory(t, dir)
-			golden(t, filepath.Join("testdata", "rendered", caseName(tc.app, tc.env)+".yaml"), yamlOf(t, rendered))
+			golden(t, filepath.Join("testdata", "rendered", name+".yaml"), yamlOf(t, rendered))
 		})
 	}
 }
@@ -84,8 +100,15 @@ func TestOverlay(t *testing.T) {
 		t.Errorf("nodeSelector %v, want the strategic merge patch's", node)
 	}
 	containers, _, _ := unstructured.NestedSlice(front.Object, "spec", "template", "spec", "containers")
-	// the six variables toa-push wrote, and the patch's
-	if len(containers) != 1 || len(containers[0].(map[string]any)["env"].([]any)) != 7 || containers[0].(map[string]any)["image"] == nil {
+	// the variables toa-push wrote, and the patch's
+	var env []string
+	if len(containers) == 1 {
+		for _, e := range containers[0].(map[string]any)["env"].([]any) {
+			env = append(env, e.(map[string]any)["name"].(string))
+		}
+	}
+	if len(containers) != 1 || !slices.Contains(env, "LOG_LEVEL") || !slices.Contains(env, "TOA_AMQP_CONTEXT") ||
+		!slices.Contains(env, "NODE_OPTIONS") || containers[0].(map[string]any)["image"] == nil {
 		t.Errorf("the patch replaced the container rather than merging into it: %v", containers)
 	}
 }
@@ -205,12 +228,27 @@ func TestRenderRefusesABrokenKustomization(t *testing.T) {
 // as if the registry had it.
 func writeApp(t *testing.T, app, env, dir string) {
 	t.Helper()
+	writeMono(t, app, env, false, dir)
+}
+
+// writeMono is writeApp, of the mono deployment when mono is true. The extensions the
+// application uses are asked what they deploy: the stand-ins linked under its node_modules.
+func writeMono(t *testing.T, app, env string, mono bool, dir string) {
+	t.Helper()
 	a, err := toa.Load(filepath.Join("..", "testdata", "apps", app), env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := image.NewPlan(a, image.PlanOptions{})
+	res, err := extension.Resolve(context.Background(), a)
 	if err != nil {
+		t.Fatal(err)
+	}
+	deps := manifest.Merge(res)
+	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.AddServices(a, manifest.ServiceImages(a, deps, mono), image.PlanOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var images []Image
@@ -222,7 +260,7 @@ func writeApp(t *testing.T, app, env, dir string) {
 		}
 		images = append(images, entry)
 	}
-	objects, err := manifest.Objects(a, plan)
+	objects, err := manifest.Objects(a, plan, manifest.WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}

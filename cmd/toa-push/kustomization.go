@@ -9,19 +9,15 @@ import (
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
-// writeKustomization writes the application's objects into dir as a kustomization. digests are
-// the images the registry has, by repository: those are pinned by digest; every other image by
-// the plan's tag. An image with neither is not written down (its containers would run whatever
-// the registry calls latest): the kustomization is then not written, and the error is a
-// *notWrittenError, as it is for what toa-deploy cannot deploy yet (mono).
-func writeKustomization(app *toa.Application, plan *image.Plan, dir string, digests map[string]string) error {
-	for _, img := range plan.Images {
-		if img.Composition == nil {
-			return &notWrittenError{fmt.Sprintf("the objects of the %s deployment are not implemented yet", img.Name)}
-		}
-	}
+// writeKustomization writes the application's objects into dir as a kustomization: the
+// compositions' (or, when the plan is of mono, mono's) and the extension services' that deps
+// declare. digests are the images the registry has, by repository: those are pinned by digest;
+// every other image by the plan's tag. An image with neither is not written down (its containers
+// would run whatever the registry calls latest): the kustomization is then not written, and the
+// error is a *notWrittenError.
+func writeKustomization(app *toa.Application, plan *image.Plan, deps *manifest.Dependencies, dir string, digests map[string]string) error {
 	// the application's mistakes first: they are worth knowing even when a tag is not
-	objects, err := manifest.Objects(app, plan)
+	objects, err := manifest.Objects(app, plan, manifest.WithDependencies(deps))
 	if err != nil {
 		return err
 	}

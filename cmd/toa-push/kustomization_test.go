@@ -22,7 +22,7 @@ func TestWriteKustomization(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "deployment")
 	var notWritten *notWrittenError
-	if err := writeKustomization(app, plan, dir, nil); !errors.As(err, &notWritten) {
+	if err := writeKustomization(app, plan, nil, dir, nil); !errors.As(err, &notWritten) {
 		t.Fatalf("unresolved tags: %v", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -34,7 +34,7 @@ func TestWriteKustomization(t *testing.T) {
 	}
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	digests := map[string]string{"localhost:5000/derived/composition-orders-orders": digest}
-	if err := writeKustomization(app, plan, dir, digests); err != nil {
+	if err := writeKustomization(app, plan, nil, dir, digests); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
@@ -63,7 +63,7 @@ func TestWriteKustomizationRefusesBeforeTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = writeKustomization(app, plan, filepath.Join(t.TempDir(), "deployment"), nil)
+	err = writeKustomization(app, plan, nil, filepath.Join(t.TempDir(), "deployment"), nil)
 	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "Composition 'default-echo' declares no resources.") {
 		t.Errorf("%v", err)
 	}

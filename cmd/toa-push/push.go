@@ -15,6 +15,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/manifest"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -118,11 +119,15 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	deps, err := c.extensions(ctx, log, app, plan, reg, tools)
+	if err != nil {
+		return err
+	}
 	for _, w := range plan.Warnings {
 		log.Warn(w)
 	}
 	if c.Plan {
-		return c.writePlan(ctx, log, app, plan, dest)
+		return c.writePlan(ctx, log, app, plan, deps, dest)
 	}
 	display := cli.NewDisplay(os.Stderr)
 	layers := image.NewLayers(app, tools, layer.WithWarnings(func(w string) { display.Print("warning: " + w) }))
@@ -136,7 +141,7 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	if err := writeKustomization(app, plan, c.kustomizationDir(), result.Digests()); err != nil {
+	if err := writeKustomization(app, plan, deps, c.kustomizationDir(), result.Digests()); err != nil {
 		return err
 	}
 	out := pushReport{Context: app.Name, Environment: app.Environment, Result: result, Kustomization: c.kustomizationDir(), Layout: c.OCILayout}
@@ -148,7 +153,7 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 
 // writePlan prints the plan and writes the kustomization with what is known: the digests of the
 // images the registry already has, the plan's tags for the others.
-func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, dest image.Destination) error {
+func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, deps *manifest.Dependencies, dest image.Destination) error {
 	digests, err := image.Probe(ctx, dest, plan)
 	if err != nil {
 		log.Warnf("the registry could not be asked which images it has: %v", err)
@@ -162,7 +167,7 @@ func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *to
 		return err
 	}
 	var notWritten *notWrittenError
-	switch err := writeKustomization(app, plan, c.kustomizationDir(), digests); {
+	switch err := writeKustomization(app, plan, deps, c.kustomizationDir(), digests); {
 	case errors.As(err, &notWritten):
 		log.Warn(err.Error())
 	case err != nil:

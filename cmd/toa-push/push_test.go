@@ -18,6 +18,7 @@ import (
 )
 
 // copyApp copies a testdata application into a new folder, pointing it at the test registry.
+// The packages linked under its node_modules (the stand-in extensions) are linked from the copy.
 func copyApp(t *testing.T, app, registry string) string {
 	t.Helper()
 	src := filepath.Join("..", "..", "testdata", "apps", app)
@@ -27,8 +28,19 @@ func copyApp(t *testing.T, app, registry string) string {
 			return err
 		}
 		rel, _ := filepath.Rel(src, path)
+		if info.Mode()&os.ModeSymlink != 0 {
+			target, err := filepath.EvalSymlinks(path)
+			if err != nil {
+				return err
+			}
+			abs, err := filepath.Abs(target)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(abs, filepath.Join(dst, rel))
+		}
 		if info.IsDir() {
-			if info.Name() == "node_modules" {
+			if info.Name() == "node_modules" && filepath.Dir(rel) != "." {
 				return filepath.SkipDir
 			}
 			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
