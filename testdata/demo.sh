@@ -28,7 +28,7 @@ go run ./internal/harness/pushbase 127.0.0.1:5000
 
 # a copy, so that the demo can change a line of code without touching the repository
 app="$cache/app"
-rm -rf "$app" && cp -r testdata/apps/pushed "$app"
+rm -rf "$app" && cp -rL testdata/apps/pushed "$app" # -L: the stand-in extensions linked under node_modules
 echo
 echo "== toa-push --plan (what would be built)"
 bin/toa-push --plan --path "$app" -k deployment
