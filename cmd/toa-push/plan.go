@@ -80,7 +80,12 @@ func writePlanText(w io.Writer, app *toa.Application, plan *image.Plan) error {
 			ref, deps = img.Repository+":(unresolved)", img.Repository+":deps-(unresolved)"
 		}
 		fmt.Fprintf(tw, "  image\t%s\n", ref)
-		fmt.Fprintf(tw, "  dependencies\t%s\n", deps)
+		if svc := img.Service; svc != nil {
+			// a service's image is the extension's package over the base: no dependencies image
+			fmt.Fprintf(tw, "  package\t%s %s (%s)\n", svc.Reference, svc.Version, svc.Dir)
+		} else {
+			fmt.Fprintf(tw, "  dependencies\t%s\n", deps)
+		}
 		fmt.Fprintf(tw, "  base\t%s (%s)\n", img.Base, img.BaseFrom)
 		if img.Mirror != "" {
 			fmt.Fprintf(tw, "  read from\t%s (--mirror %s)\n", img.BaseSource, img.Mirror)
