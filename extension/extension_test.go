@@ -163,6 +163,28 @@ func TestResolveIgnoresWhatPackagesPrint(t *testing.T) {
 	}
 }
 
+// annotation() replaces the context's annotation, with the instances at hand, before deployment()
+// sees it; a package the context does not annotate is not asked.
+func TestAnnotationHook(t *testing.T) {
+	needNode(t)
+	dir := writeApp(t, "amqp: amqp://rabbitmq\n", map[string]string{
+		"@toa.io/bindings.amqp": `exports.annotation = (a, instances) => ({ uri: a, users: instances.map((i) => i.locator.label) })
+exports.deployment = (_, a) => ({ variables: { global: [{ name: 'A', value: JSON.stringify(a) }] } })`,
+		"@toa.io/extensions.telemetry": "exports.annotation = () => { throw new Error('not annotated, not asked') }\nexports.deployment = () => ({})",
+	})
+	app, err := toa.Load(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Resolve(context.Background(), app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Dependencies[0].Declaration.Variables[0].Items[0].Value; got != `{"uri":"amqp://rabbitmq","users":["shop-orders"]}` {
+		t.Errorf("deployment() saw %s", got)
+	}
+}
+
 // writeApp writes a context of one component, shop.orders, with the packages given installed.
 func writeApp(t *testing.T, extra string, packages map[string]string) string {
 	t.Helper()
