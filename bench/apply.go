@@ -163,7 +163,7 @@ func (c *podClock) result(at time.Time, limit time.Duration) (last time.Time, le
 }
 
 func (b *bench) apply() error {
-	cache := filepath.Dir(filepath.Dir(b.work))
+	cache := envOr("TOA_CACHE", filepath.Join(os.Getenv("HOME"), ".cache", "toa-deploy"))
 	kubeconfig := envOr("TOA_TEST_KUBECONFIG", filepath.Join(cache, "controlplane", "run", "kubeconfig"))
 	kubectls, _ := filepath.Glob(filepath.Join(cache, "controlplane", "bin", "*", "kubectl"))
 	if k := filepath.Join(cache, "controlplane", "bin", "kubectl"); len(kubectls) == 0 {

@@ -26,6 +26,9 @@ type bench struct {
 	addr string // the registry, through the recording proxy
 	rec  *harness.Recorder
 	runs int
+	// pushRuns are item 1's runs; peers false leaves buildah out of item 1
+	pushRuns int
+	peers    bool
 
 	toaPush, toaApply, crane string
 	buildah                  []string // buildah with its own storage
@@ -130,9 +133,9 @@ func (b *bench) header() {
 		strings.Join(strings.Fields(string(load))[:3], ", "))
 	fmt.Printf("Machine: %d cores (%s), %s of memory, Linux %s, Debian %s; Go %s, node %s, npm %s; %s; crane %s. "+
 		"Registry: Distribution (Debian's docker-registry) on 127.0.0.1, storage on local disk, behind the harness's recording proxy. "+
-		"Each figure is the median of %d runs; the tools alternate which goes first.\n",
+		"Items 2, 3 and 5: medians of %d runs; item 1: of %d runs (buildah for two platforms: %s); the tools alternate which goes first.\n",
 		runtime.NumCPU(), cpu, mem, strings.TrimSpace(string(kernel)), strings.TrimSpace(string(debian)), runtime.Version(),
-		b.nodeVersion, strings.TrimSpace(string(npm)), strings.TrimSpace(string(bver)), strings.TrimSpace(string(cver)), b.runs)
+		b.nodeVersion, strings.TrimSpace(string(npm)), strings.TrimSpace(string(bver)), strings.TrimSpace(string(cver)), b.runs, b.pushRuns, envOr("BENCH_PEER_MULTI_RUNS", "1"))
 }
 
 // sample is one measured command: its wall time and what it asked of the registry.
@@ -171,7 +174,14 @@ func (b *bench) measure(dir string, env []string, logName string, argv ...string
 		}
 		return sample{}, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, tail)
 	}
-	return b.collect(wall, stdout.Bytes()), nil
+	out := b.collect(wall, stdout.Bytes())
+	if f, err := os.Create(filepath.Join(b.work, logName+".requests")); err == nil {
+		for _, r := range out.log {
+			fmt.Fprintf(f, "%s %s?%s %d sent=%d received=%d\n", r.Method, r.Path, r.Query, r.Status, r.Bytes, r.ResponseBytes)
+		}
+		f.Close()
+	}
+	return out, nil
 }
 
 func (b *bench) collect(wall time.Duration, stdout []byte) sample {

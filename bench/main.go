@@ -25,6 +25,8 @@ import (
 func main() {
 	runs := flag.Int("runs", 5, "runs of each measurement; the tables show medians")
 	items := flag.String("items", "1,2,3,4,5", "which benchmarks of issue 7 to run")
+	pushRuns := flag.Int("push-runs", 3, "runs of item 1 (buildah's first push is minutes a run)")
+	peers := flag.Bool("peers", true, "measure buildah in item 1 (false: toa-push and crane alone, for a quick look)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -40,7 +42,7 @@ func main() {
 		<-ctx.Done()
 		return
 	}
-	b.runs = *runs
+	b.runs, b.pushRuns, b.peers = *runs, *pushRuns, *peers
 	want := map[string]bool{}
 	for _, i := range strings.Split(*items, ",") {
 		want[strings.TrimSpace(i)] = true
@@ -92,6 +94,9 @@ func workDir() (string, error) {
 		cache = filepath.Join(home, ".cache", "toa-deploy")
 	}
 	dir := filepath.Join(cache, "bench", "run")
+	if d := os.Getenv("BENCH_WORK"); d != "" {
+		dir = d // a second run beside another, by hand
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return "", err
 	}

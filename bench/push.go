@@ -135,6 +135,7 @@ type pushSet struct {
 	samples   map[string]map[string]series // scenario → tool → samples
 	minimal   series                       // code change: the new blobs, manifests and index alone (in sent)
 	logs      map[string][]string          // toa-push's request logs of the last run, by scenario
+	profile   []string                     // the processes of one more code-change push, under strace
 	peerRuns  int
 }
 
@@ -142,13 +143,19 @@ func (b *bench) pushes() error {
 	if b.debian == "" {
 		return fmt.Errorf("no bench base: set BENCH_ROOTFS_AMD64 (testdata/bench.sh does)")
 	}
-	if err := b.prepareBuildah(); err != nil {
-		return err
+	if b.peers {
+		if err := b.prepareBuildah(); err != nil {
+			return err
+		}
 	}
-	sets := []*pushSet{{platforms: []string{"linux/amd64"}, peerRuns: b.runs}}
+	peerRuns := b.pushRuns
+	if !b.peers {
+		peerRuns = 0
+	}
+	sets := []*pushSet{{platforms: []string{"linux/amd64"}, peerRuns: peerRuns}}
 	if len(b.debianPlatforms) > 1 {
 		peerRuns := 0
-		if b.peerArm64 {
+		if b.peerArm64 && b.peers {
 			peerRuns = b.peerRunsMulti()
 		}
 		sets = append(sets, &pushSet{platforms: b.debianPlatforms, peerRuns: peerRuns})
@@ -215,7 +222,7 @@ func (b *bench) pushSet(set *pushSet) error {
 		set.samples[sc.key] = map[string]series{}
 	}
 	tag := platformTag(set.platforms)
-	for run := 1; run <= b.runs; run++ {
+	for run := 1; run <= b.pushRuns; run++ {
 		tools := []string{"toa-push", "buildah"}
 		if run%2 == 0 {
 			tools = []string{"buildah", "toa-push"}
@@ -231,6 +238,22 @@ func (b *bench) pushSet(set *pushSet) error {
 				return err
 			}
 			subjects[tool] = s
+		}
+		if run == b.pushRuns {
+			defer func() {
+				// one more code change, under strace: where toa-push's time goes
+				s := subjects["toa-push"]
+				if b.change(s, "code") != nil {
+					return
+				}
+				lines, err := b.timeline(s.app, []string{"TOA_CACHE=" + s.cache}, s.ns+"-strace",
+					b.toaPush, "-o", "json", "--path", s.app, "-k", filepath.Join(s.work, "deployment"))
+				if err != nil {
+					set.profile = []string{"strace: " + err.Error()}
+					return
+				}
+				set.profile = lines
+			}()
 		}
 		for _, sc := range scenarios {
 			for _, tool := range tools {

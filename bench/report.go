@@ -58,6 +58,28 @@ func (b *bench) printPushes(sets []*pushSet) {
 			fmt.Printf("- Code change, bytes: toa-push sent %s; the new layer, configs, manifests and index are %s: %.2f× (target ≤ 1.1×): %s.\n",
 				size(sent), size(min), sent/min, verdict(sent <= 1.1*min))
 		}
+		if nc := set.samples["nochange"]["toa-push"]; len(nc) > 0 {
+			heads, pings, resolve, other := 0, 0, 0, 0
+			for _, r := range nc[len(nc)-1].log {
+				switch {
+				case r.Path == "/v2/":
+					pings++
+				case strings.Contains(r.Path, "/bases/"):
+					resolve++
+				case r.Method == "HEAD" && strings.Contains(r.Path, "/manifests/"):
+					heads++
+				default:
+					other++
+				}
+			}
+			fmt.Printf("- No-change push: %d HEADs for 3 images, %d request(s) to resolve the one base, %d other, and %d `GET /v2/` pings where one would do "+
+				"(target: one resolve per distinct base and one HEAD per image, nothing else): %s.\n",
+				heads, resolve, other, pings, verdict(heads == 3 && other == 0 && pings <= 1))
+		}
+		if len(set.profile) > 0 {
+			fmt.Printf("\nWhere a code-change push's time goes: the processes toa-push started in one more code-change push, under strace "+
+				"(`strace -f -e trace=execve,exit_group`; strace slows each process a little):\n\n```\n%s\n```\n", strings.Join(set.profile, "\n"))
+		}
 		for _, key := range []string{"nochange", "code"} {
 			if lines := set.logs[key]; len(lines) > 0 {
 				title := map[string]string{"nochange": "no-change push", "code": "code-change push"}[key]
@@ -68,6 +90,9 @@ func (b *bench) printPushes(sets []*pushSet) {
 }
 
 func (b *bench) peerMultiReason() string {
+	if !b.peers {
+		return "-peers=false"
+	}
 	if !b.peerArm64 {
 		return "its arm64 RUN needs qemu-user-static registered with binfmt_misc, which this machine did not have (see testdata/bench.sh's output)"
 	}

@@ -133,6 +133,10 @@ func (b *bench) scale() error {
 			}
 		}
 	}
+	profile, err := b.timeline(app, env, "scale-plan-strace", plan...)
+	if err != nil {
+		profile = []string{"strace: " + err.Error()}
+	}
 	fmt.Printf("\n### 3. Scale: %d compositions × 3 platforms (linux/amd64, linux/arm/v7, linux/arm64)\n\n", scaleCompositions)
 	fmt.Printf("bench/scale.go writes the application (50 components, each its own derived composition, no dependencies) on the test base "+
 		"of internal/harness with a third entry, linux/arm/v7, that reuses the arm64 layers. The first push (not in the table: %s, %d requests) "+
@@ -146,19 +150,24 @@ func (b *bench) scale() error {
 	fmt.Printf("| of which `node --version` | %s | %s | %s | | |\n", secs(nodeV.wall()), secs(nodeV.minWall()), secs(nodeV.maxWall()))
 	fmt.Printf("\n- No-change push of 50 compositions × 3 platforms under 2 s: %s (target < 2 s): %s.\n", secs(pushes.wall()), verdict(pushes.wall() < 2))
 	fmt.Printf("- `--plan` alone under 2 s: %s (target < 2 s): %s.\n", secs(plans.wall()), verdict(plans.wall() < 2))
-	heads := 0
-	other := 0
+	heads, pings, resolve, other := 0, 0, 0, 0
 	for _, r := range pushes[len(pushes)-1].log {
 		switch {
 		case r.Method == "HEAD" && strings.Contains(r.Path, "/scale/"):
 			heads++
-		case strings.Contains(r.Path, "/bases/") || r.Path == "/v2/":
+		case r.Path == "/v2/":
+			pings++
+		case strings.Contains(r.Path, "/bases/"):
+			resolve++
 		default:
 			other++
 		}
 	}
-	fmt.Printf("- Requests of the no-change push: %d HEADs of the application's images (one per image: %d), %d other requests on the application's repositories; "+
-		"the rest resolve the one base: %s.\n", heads, scaleCompositions, other, verdict(heads == scaleCompositions && other == 0))
+	fmt.Printf("- Requests of the no-change push: %d HEADs of the application's images (one per image: %d), %d of the base's resolve, "+
+		"%d other requests, and %d `GET /v2/` pings, where one would do: %d requests where %d would do: %s.\n",
+		heads, scaleCompositions, resolve, other, pings, heads+resolve+other+pings, scaleCompositions+resolve+1,
+		verdict(heads == scaleCompositions && other == 0 && pings <= 1))
+	fmt.Printf("\nWhere `--plan`'s time goes: the processes toa-push started, under strace (`strace -f -e trace=execve,exit_group`):\n\n```\n%s\n```\n", strings.Join(profile, "\n"))
 	fmt.Printf("\ntoa-push's requests, no-change push of 50 compositions (last run):\n\n```\n%s\n```\n", strings.Join(lastLog, "\n"))
 	return nil
 }
