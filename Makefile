@@ -11,8 +11,9 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # vet and format first: they fail in seconds, the end-to-end tests take minutes
+# the control plane is stopped afterwards whatever the result; its binaries stay cached
 test: vet setup
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 25m ./...; status=$$?; bash testdata/controlplane/down.sh; exit $$status
 
 # the tests that need nothing but Go
 unit:
