@@ -82,7 +82,7 @@ func baseTransport(cfg *registryConfig, opts []RegistryOption) (http.RoundTrippe
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	// an unreachable host must fail in seconds, not after the kernel's minutes
-	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.ResponseHeaderTimeout = 60 * time.Second
 	t.MaxIdleConnsPerHost = 16
