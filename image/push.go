@@ -209,6 +209,11 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	if err != nil {
 		return err
 	}
+	return b.publish(ctx, img, idx, pushed, &sent)
+}
+
+// publish writes an image's index under its tag, and records its digest.
+func (b *builder) publish(ctx context.Context, img *Image, idx v1.ImageIndex, pushed *Pushed, sent *Sent) error {
 	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
 	s, err := b.opts.Destination.Write(ctx, img.Reference(), idx)
 	sent.add(s)

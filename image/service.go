@@ -175,17 +175,5 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 	if err != nil {
 		return err
 	}
-	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
-	s, err := b.opts.Destination.Write(ctx, img.Reference(), idx)
-	sent.add(s)
-	if err != nil {
-		return err
-	}
-	digest, err := idx.Digest()
-	if err != nil {
-		return err
-	}
-	pushed.Digest, pushed.Built = digest.String(), true
-	b.opts.Events(Event{img.Name, fmt.Sprintf("pushed %s@%s", img.Repository, digest)})
-	return nil
+	return b.publish(ctx, img, idx, pushed, &sent)
 }
