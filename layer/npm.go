@@ -32,11 +32,44 @@ func DetectToolchain(ctx context.Context) (Toolchain, error) {
 	if err != nil {
 		return Toolchain{}, err
 	}
-	npm, err := version(ctx, "npm")
+	npm, err := npmVersion(ctx)
 	if err != nil {
 		return Toolchain{}, err
 	}
 	return Toolchain{Node: strings.TrimPrefix(node, "v"), Npm: npm}, nil
+}
+
+// npmVersion reads the version of the npm on PATH from its package.json, beside the
+// bin/npm-cli.js its command links to: starting npm to ask costs about a second, and a short push
+// should not. It asks npm when the layout is not npm's usual one.
+func npmVersion(ctx context.Context) (string, error) {
+	if v := installedNpmVersion(); v != "" {
+		return v, nil
+	}
+	return version(ctx, "npm")
+}
+
+func installedNpmVersion() string {
+	path, err := exec.LookPath("npm")
+	if err != nil {
+		return ""
+	}
+	cli, err := filepath.EvalSymlinks(path)
+	if err != nil || filepath.Base(cli) != "npm-cli.js" {
+		return ""
+	}
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(cli), "..", "package.json"))
+	if err != nil {
+		return ""
+	}
+	var pkg struct {
+		Name    string `json:"name"`
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(data, &pkg) != nil || pkg.Name != "npm" {
+		return ""
+	}
+	return pkg.Version
 }
 
 func version(ctx context.Context, tool string) (string, error) {
