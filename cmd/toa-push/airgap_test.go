@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/toa-deploy/toa-deploy/image"
@@ -90,7 +88,7 @@ func TestAirGap(t *testing.T) {
 			t.Errorf("1: the npm registry was not asked for %s:\n%s", pkg, log)
 		}
 	}
-	if m := insecureIndex(t, first.Images[0].Reference); m.Annotations[image.AnnotationBaseName] != "ghcr.io/toa-io/runtime:"+runtime || m.Annotations[image.AnnotationBaseMirror] != mirrored {
+	if _, m := index(t, first.Images[0].Reference); m.Annotations[image.AnnotationBaseName] != "ghcr.io/toa-io/runtime:"+runtime || m.Annotations[image.AnnotationBaseMirror] != mirrored {
 		t.Errorf("1: the index does not name the mirror: %v", m.Annotations)
 	}
 
@@ -313,18 +311,7 @@ func (ns *netns) run(t *testing.T, dir string, env []string, args ...string) (in
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "TOA_ENV=", "CI=true", "TOA_MIRRORS="), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &exit):
-		return exit.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("run toa-push in %s: %v", ns.name, err)
-	return 0, "", ""
+	return outcome(t, cmd)
 }
 
 // push runs toa-push -o json --insecure inside the namespace and wants it to succeed.
@@ -477,24 +464,6 @@ func fillNpmRegistry(t *testing.T, bin string) string {
 		t.Fatal(err)
 	}
 	return storage
-}
-
-// insecureIndex reads an index back from a plain-HTTP registry.
-func insecureIndex(t *testing.T, ref string) *v1.IndexManifest {
-	t.Helper()
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := remote.Index(r)
-	if err != nil {
-		t.Fatalf("read %s back: %v", ref, err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 func freeAddr(t *testing.T) string {

@@ -40,6 +40,13 @@ func run(t *testing.T, dir string, args ...string) (int, string, string) {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true")
+	return outcome(t, cmd)
+}
+
+// outcome runs a prepared command and returns its exit code, stdout and stderr; a command that
+// cannot start ends the test.
+func outcome(t *testing.T, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -50,7 +57,7 @@ func run(t *testing.T, dir string, args ...string) (int, string, string) {
 	case errors.As(err, &exit):
 		return exit.ExitCode(), stdout.String(), stderr.String()
 	}
-	t.Fatalf("run toa-push: %v", err)
+	t.Fatalf("run %s: %v", cmd.Path, err)
 	return 0, "", ""
 }
 

@@ -88,9 +88,11 @@ func push(t *testing.T, dir, cache string, extra ...string) pushOutput {
 	return out
 }
 
+// index reads an index back; the tests' registries speak plain HTTP, on loopback or in a
+// network namespace.
 func index(t *testing.T, ref string) (v1.ImageIndex, *v1.IndexManifest) {
 	t.Helper()
-	r, err := name.ParseReference(ref)
+	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
