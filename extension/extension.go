@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -69,7 +70,7 @@ func WithOutput(w io.Writer) Option { return func(o *options) { o.stderr = w } }
 // extensions the context annotates; then asks each for its declaration (§4.1). The packages are
 // the ones installed under the context's node_modules: the user runs `npm install` there first.
 // Every mistake (a package not installed, one that throws, one whose answer cannot be read) is
-// a *toa.Error that names the package.
+// a *fault.Input that names the package.
 func Resolve(ctx context.Context, app *toa.Application, opts ...Option) (*Result, error) {
 	o := &options{node: "node", stderr: io.Discard}
 	for _, opt := range opts {
@@ -108,7 +109,7 @@ func (r *resolver) resolve() (*Result, error) {
 		}
 	}
 	components, err := r.extract(declared, func(ref string, err error) error {
-		var e *toa.Error
+		var e *fault.Input
 		if errors.As(err, &e) {
 			c := r.listing(ref)
 			e.Key = "compositions"
@@ -188,7 +189,7 @@ func (r *resolver) checkInstalled() error {
 	if info, err := os.Stat(dir); err == nil && info.IsDir() {
 		return nil
 	}
-	return &toa.Error{File: r.app.File, Message: "there is no node_modules beside it: the extensions and connectors " +
+	return &fault.Input{File: r.app.File, Message: "there is no node_modules beside it: the extensions and connectors " +
 		"the application uses (" + strings.Join(r.wanted(), ", ") + ") are read from the packages installed there",
 		Hint: "run `npm install` in the context's folder first, with a package.json that names @toa.io/runtime or these packages"}
 }
@@ -309,7 +310,7 @@ func (r *resolver) deploy(refs []string, users map[string][]*toa.Component, all 
 		if len(a.Declaration) > 0 && string(a.Declaration) != "null" {
 			decl, err := readDeclaration(a.Declaration)
 			if err != nil {
-				return nil, &toa.Error{File: filepath.Join(a.Dir, "package.json"),
+				return nil, &fault.Input{File: filepath.Join(a.Dir, "package.json"),
 					Message: fmt.Sprintf("%s: deployment() returned what toa-push cannot read: %v", a.Reference, err),
 					Hint:    "the package is not what Toa expects here: check its version, or report it to its authors"}
 			}
@@ -438,7 +439,7 @@ func (r *resolver) run(request any, answer any, wrap func(string, error) error) 
 }
 
 func (r *resolver) failure(ref, stage, message string) error {
-	e := &toa.Error{File: r.app.File, Message: ref + ": " + message}
+	e := &fault.Input{File: r.app.File, Message: ref + ": " + message}
 	switch stage {
 	case "missing":
 		e.Message = fmt.Sprintf("'%s' is not installed in the context's node_modules", ref)

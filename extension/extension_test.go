@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -130,9 +131,9 @@ func TestResolveErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = Resolve(context.Background(), app)
-			var e *toa.Error
+			var e *fault.Input
 			if !errors.As(err, &e) {
-				t.Fatalf("%v is not a *toa.Error", err)
+				t.Fatalf("%v is not a *fault.Input", err)
 			}
 			for _, want := range tc.want {
 				if !strings.Contains(err.Error(), want) {

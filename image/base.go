@@ -9,6 +9,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -82,12 +83,12 @@ func (b *Base) Select(app *toa.Application, warnings *[]string) ([]string, error
 			*warnings = append(*warnings, fmt.Sprintf("the base %s has no %s image: %s is left out (name registry.platforms to choose)", b.Ref, p, p))
 			continue
 		}
-		return nil, &toa.Error{File: app.File, Key: "registry.platforms",
+		return nil, &fault.Input{File: app.File, Key: "registry.platforms",
 			Message: fmt.Sprintf("names %s, and the base %s has no image for it (it has %s)", p, b.Ref, strings.Join(b.platformList(), ", ")),
 			Hint:    "remove it from registry.platforms, or choose a base that has it"}
 	}
 	if len(out) == 0 {
-		return nil, &toa.Error{File: app.File, Key: "registry.platforms",
+		return nil, &fault.Input{File: app.File, Key: "registry.platforms",
 			Message: fmt.Sprintf("none of %s is served by the base %s (it has %s)", strings.Join(app.Registry.Platforms, ", "), b.Ref, strings.Join(b.platformList(), ", ")),
 			Hint:    "name platforms the base has, or choose another base"}
 	}

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -166,7 +167,7 @@ func (u *unit) chooseBase(app *toa.Application, declared, subject string) error 
 		images[c.Build.Image] = true
 	}
 	if len(images) > 1 {
-		return &toa.Error{File: app.File, Key: "compositions",
+		return &fault.Input{File: app.File, Key: "compositions",
 			Message: subject + " requires different base images for its components. Specify base image for the composition in the context.",
 			Hint:    "components " + describeImages(u.components)}
 	}
@@ -283,7 +284,7 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 func checkRun(app *toa.Application) error {
 	check := func(run, file, key string) error {
 		_, _, err := layer.ParseRun(run)
-		var e *toa.Error
+		var e *fault.Input
 		if errors.As(err, &e) {
 			e.File, e.Key = file, key
 		}

@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -96,7 +97,7 @@ func TestPlatformsTheBaseLacks(t *testing.T) {
 	// named platforms: refused
 	app.Registry.PlatformsDefaulted = false
 	_, err = NewPlan(app, PlanOptions{Bases: map[string]*Base{runtime: fakeBase(runtime, "linux/amd64")}})
-	if !toa.IsBadInput(err) {
+	if !fault.IsInput(err) {
 		t.Errorf("a named platform the base lacks: %v", err)
 	}
 }

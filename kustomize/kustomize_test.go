@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/toa-deploy/toa-deploy/extension"
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/manifest"
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -182,9 +183,9 @@ func TestWriteReplacesItsOwnFolderOnly(t *testing.T) {
 	writeApp(t, "derived", "default", empty)
 	for _, foreign := range []string{parent, filepath.Join(parent, "deployment", "services.yaml")} {
 		err := Write(foreign, nil, nil, "x")
-		var e *toa.Error
+		var e *fault.Input
 		if !errors.As(err, &e) {
-			t.Errorf("%s: %v, want a *toa.Error", foreign, err)
+			t.Errorf("%s: %v, want a *fault.Input", foreign, err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, KustomizationFile)); err != nil {
@@ -216,7 +217,7 @@ func TestRenderRefusesABrokenKustomization(t *testing.T) {
 	fs := filesys.MakeFsInMemory()
 	fs.WriteFile("/k/kustomization.yaml", []byte("resources: [missing.yaml]\n"))
 	_, err := Render(fs, "/k")
-	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "missing.yaml") {
+	if !fault.IsInput(err) || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("%v", err)
 	}
 }

@@ -10,18 +10,18 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Render renders the kustomization in dir of fs, as `kubectl kustomize dir` does, and returns
 // its objects in the order they are applied (see Sort). fs is filesys.MakeFsOnDisk() for a
 // user's folder and filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a
-// *toa.Error: the user's input.
+// *fault.Input: the user's input.
 func Render(fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
 	m, err := k.Run(fs, dir)
 	if err != nil {
-		return nil, &toa.Error{File: dir, Message: "kustomize: " + err.Error()}
+		return nil, &fault.Input{File: dir, Message: "kustomize: " + err.Error()}
 	}
 	out := make([]*unstructured.Unstructured, 0, m.Size())
 	for _, r := range m.Resources() {

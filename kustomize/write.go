@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/manifest"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // Image pins one image of the objects: the repository their containers name, and the digest it
@@ -236,7 +236,7 @@ func replaceable(dir string) (bool, error) {
 		return false, err
 	}
 	refuse := func(what string) error {
-		return &toa.Error{File: dir, Message: what + ": toa-push writes the kustomization there, and would replace it",
+		return &fault.Input{File: dir, Message: what + ": toa-push writes the kustomization there, and would replace it",
 			Hint: "give --kustomization a folder of its own, like `deployment`, or remove this one"}
 	}
 	if !info.IsDir() {

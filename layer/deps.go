@@ -16,13 +16,14 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
-// ErrLockfileOutOfSync is what the *toa.Error of an out-of-sync package-lock.json wraps.
+// ErrLockfileOutOfSync is what the *fault.Input of an out-of-sync package-lock.json wraps.
 var ErrLockfileOutOfSync = errors.New("package-lock.json is out of sync with package.json")
 
-// ErrNativeCode is what the *toa.Error of packages that build native code for another platform
+// ErrNativeCode is what the *fault.Input of packages that build native code for another platform
 // wraps.
 var ErrNativeCode = errors.New("packages build native code at install")
 
@@ -32,7 +33,7 @@ var ErrNativeCode = errors.New("packages build native code at install")
 // optional packages.
 //
 // With a package-lock.json (or npm-shrinkwrap.json) npm runs `npm ci`; a lockfile out of sync with
-// package.json is a *toa.Error wrapping ErrLockfileOutOfSync that says to run `npm install` and
+// package.json is a *fault.Input wrapping ErrLockfileOutOfSync that says to run `npm install` and
 // commit the lockfile. Without one it runs `npm install` and warns (WithWarnings) that the
 // install is not reproducible. npm reads the runner's configuration, the context's .npmrc
 // (WithContextRoot) and the component's, WithNpmConfig and WithRegistry; no .npmrc reaches the
@@ -41,7 +42,7 @@ var ErrNativeCode = errors.New("packages build native code at install")
 //
 // For a foreign target (its os, cpu or libc is not the runner's) or a base whose Node major is
 // not the runner's (WithBaseNode), npm runs with --ignore-scripts, and packages that build or
-// download native code at install are refused: a *toa.Error wrapping ErrNativeCode names every
+// download native code at install are refused: a *fault.Input wrapping ErrNativeCode names every
 // one and what to do. On the runner's own platform npm runs scripts as its allowScripts setting
 // says.
 //
@@ -69,7 +70,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	}
 	var pkg manifest
 	if err := json.Unmarshal(pkgData, &pkg); err != nil {
-		return nil, &toa.Error{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error()}
+		return nil, &fault.Input{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error()}
 	}
 	if len(pkg.Dependencies) == 0 && len(pkg.OptionalDependencies) == 0 {
 		return nil, nil
@@ -160,7 +161,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	}
 	if err != nil {
 		if strings.Contains(out, "can only install packages when your package.json and package-lock.json") {
-			return nil, &toa.Error{File: lockPath, Err: ErrLockfileOutOfSync,
+			return nil, &fault.Input{File: lockPath, Err: ErrLockfileOutOfSync,
 				Message: "is out of sync with package.json" + missing(out),
 				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(lockPath))}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -196,7 +197,7 @@ func TestDependenciesRefuseNativeCode(t *testing.T) {
 			t.Parallel()
 			opts := append([]Option{WithCacheDir(t.TempDir()), npmCache}, c.opts...)
 			_, err := Dependencies(context.Background(), fixture(t, "native"), c.platform, opts...)
-			if !errors.Is(err, ErrNativeCode) || !toa.IsBadInput(err) {
+			if !errors.Is(err, ErrNativeCode) || !fault.IsInput(err) {
 				t.Fatalf("not refused as native code: %v", err)
 			}
 			for _, s := range []string{"toa-test-native@1.0.0", "binding.gyp", c.says, "registry.platforms"} {
@@ -216,7 +217,7 @@ func TestDependenciesLockfileOutOfSync(t *testing.T) {
 	t.Parallel()
 	c := fixture(t, "outofsync")
 	_, err := Dependencies(context.Background(), c, amd64, WithCacheDir(t.TempDir()), npmCache)
-	if !errors.Is(err, ErrLockfileOutOfSync) || !toa.IsBadInput(err) {
+	if !errors.Is(err, ErrLockfileOutOfSync) || !fault.IsInput(err) {
 		t.Fatalf("not refused as out of sync: %v", err)
 	}
 	for _, s := range []string{"package-lock.json", "out of sync", "Missing: is-odd@3.0.1", "run `npm install` in " + c.Path, "commit package-lock.json"} {
@@ -313,7 +314,7 @@ func TestPlatforms(t *testing.T) {
 		if c.bad != (err != nil) || cpu != c.cpu {
 			t.Errorf("%s: %q, %v", c.in, cpu, err)
 		}
-		if c.bad && !toa.IsBadInput(err) {
+		if c.bad && !fault.IsInput(err) {
 			t.Errorf("%s: not bad input: %v", c.in, err)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // runHint is the advice for a build.run line toa-push cannot run.
@@ -24,7 +24,7 @@ const runHint = "toa-push builds images without a container, so it runs only npm
 // install --global ...`, `npm add -g ...`, `npm config set <key> <value>` (or key=value pairs),
 // `npm set ...`, several of those joined by &&, a comment or empty. $NAME and ${NAME} in a config
 // value become npm's ${NAME}, which npm takes from the runner's environment
-// (registry.build.arguments). Any other line is a *toa.Error (key registry.build.run) naming it,
+// (registry.build.arguments). Any other line is a *fault.Input (key registry.build.run) naming it,
 // with the advice to use a base image that has it.
 func ParseRun(run string) (global []string, config map[string]string, err error) {
 	config = map[string]string{}
@@ -36,7 +36,7 @@ func ParseRun(run string) (global []string, config map[string]string, err error)
 		for _, command := range strings.Split(line, "&&") {
 			pkgs, cfg, err := parseCommand(strings.TrimSpace(command))
 			if err != nil {
-				return nil, nil, &toa.Error{Key: "registry.build.run", Message: fmt.Sprintf("`%s`: %s", line, err), Hint: runHint}
+				return nil, nil, &fault.Input{Key: "registry.build.run", Message: fmt.Sprintf("`%s`: %s", line, err), Hint: runHint}
 			}
 			global = append(global, pkgs...)
 			for k, v := range cfg {
@@ -252,7 +252,7 @@ var pinned = regexp.MustCompile(`^(@[a-z0-9][\w.-]*/)?[a-z0-9][\w.-]*@\d+\.\d+\.
 // context's .npmrc and the runner's; the layer holds usr/local/lib/node_modules/<package> and
 // the usr/local/bin links npm makes. Native code and scripts are treated as in Dependencies.
 // Lines with no global install give no layer: nil, nil. A line Global cannot run is the
-// *toa.Error of ParseRun.
+// *fault.Input of ParseRun.
 //
 // The layer is cached, as the dependencies are, only when every package is pinned to an exact
 // version (name@1.2.3); otherwise npm runs each time, and a warning says the layer is not

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 func TestParseRun(t *testing.T) {
@@ -40,7 +40,7 @@ func TestParseRun(t *testing.T) {
 	} {
 		global, config, err := ParseRun(c.run)
 		if c.refuse != "" {
-			if !toa.IsBadInput(err) || !strings.Contains(err.Error(), c.refuse) || !strings.Contains(err.Error(), "base image") {
+			if !fault.IsInput(err) || !strings.Contains(err.Error(), c.refuse) || !strings.Contains(err.Error(), "base image") {
 				t.Errorf("%q: %v", c.run, err)
 			}
 			continue
@@ -98,7 +98,7 @@ func TestGlobal(t *testing.T) {
 	if l != nil || err != nil {
 		t.Errorf("no global install: %v, %v", l, err)
 	}
-	if _, err := Global(context.Background(), []string{"apt-get install curl"}, amd64, cache); !toa.IsBadInput(err) {
+	if _, err := Global(context.Background(), []string{"apt-get install curl"}, amd64, cache); !fault.IsInput(err) {
 		t.Errorf("apt-get: %v", err)
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // CompressionLevel is the gzip level of every layer, with klauspost/compress's gzip (the one
@@ -148,7 +148,7 @@ func (o *options) mtime() (time.Time, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 || n > 1<<33-1 {
-		return time.Time{}, &toa.Error{Key: "SOURCE_DATE_EPOCH", Message: fmt.Sprintf("'%s' is not a time", s),
+		return time.Time{}, &fault.Input{Key: "SOURCE_DATE_EPOCH", Message: fmt.Sprintf("'%s' is not a time", s),
 			Hint: "set it to a number of seconds since 1970-01-01, like `git log -1 --format=%ct`, or unset it"}
 	}
 	return time.Unix(n, 0).UTC(), nil
@@ -201,12 +201,12 @@ var nodeArch = map[string]string{
 // npm checks the platform and returns npm's --cpu for it.
 func (p Platform) npm() (cpu string, err error) {
 	if p.OS != "linux" {
-		return "", &toa.Error{Key: "registry.platforms", Message: fmt.Sprintf("%s: images of Toa run on linux", p),
+		return "", &fault.Input{Key: "registry.platforms", Message: fmt.Sprintf("%s: images of Toa run on linux", p),
 			Hint: "name linux platforms, like linux/amd64"}
 	}
 	cpu, ok := nodeArch[p.Architecture]
 	if !ok {
-		return "", &toa.Error{Key: "registry.platforms", Message: fmt.Sprintf("%s: Node.js has no build for the architecture '%s'", p, p.Architecture)}
+		return "", &fault.Input{Key: "registry.platforms", Message: fmt.Sprintf("%s: Node.js has no build for the architecture '%s'", p, p.Architecture)}
 	}
 	if p.Libc != "glibc" && p.Libc != "musl" {
 		return "", fmt.Errorf("platform %s: libc is '%s', not glibc or musl", p, p.Libc)

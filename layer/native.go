@@ -10,7 +10,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // nativePackage is an installed package that builds or downloads native code at install.
@@ -248,7 +248,7 @@ func nativeError(file, key string, in *install, natives []nativePackage) error {
 	for i, n := range natives {
 		lines[i] = fmt.Sprintf("%s@%s (node_modules/%s): %s", n.Name, n.Version, n.Path, n.Why)
 	}
-	return &toa.Error{File: file, Key: key, Err: ErrNativeCode,
+	return &fault.Input{File: file, Key: key, Err: ErrNativeCode,
 		Message: fmt.Sprintf("%s native code when installed, which cannot be done %s:\n    %s",
 			count, why, strings.Join(lines, "\n    ")),
 		Hint: "build this platform on a runner of that platform and Node major, or choose packages that ship prebuilt binaries for it " +

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // pkg is an installed package of a fake node_modules.
@@ -127,8 +127,8 @@ func TestNativeErrorNamesEveryPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = nativeError("/app/package.json", "", in, found)
-	if !toa.IsBadInput(err) || !errors.Is(err, ErrNativeCode) {
-		t.Fatalf("not a *toa.Error wrapping ErrNativeCode: %v", err)
+	if !fault.IsInput(err) || !errors.Is(err, ErrNativeCode) {
+		t.Fatalf("not a *fault.Input wrapping ErrNativeCode: %v", err)
 	}
 	for _, s := range []string{"a@1.0.0", "@s/c@2.0.0 (node_modules/b/node_modules/@s/c)", "linux/arm64 (musl)", "registry.platforms", "prebuilt"} {
 		if !strings.Contains(err.Error(), s) {

@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -313,7 +314,7 @@ func TestSourceDateEpoch(t *testing.T) {
 	}
 
 	t.Setenv("SOURCE_DATE_EPOCH", "yesterday")
-	if _, err := Sources(c, cache); !toa.IsBadInput(err) || !strings.Contains(err.Error(), "SOURCE_DATE_EPOCH") {
+	if _, err := Sources(c, cache); !fault.IsInput(err) || !strings.Contains(err.Error(), "SOURCE_DATE_EPOCH") {
 		t.Errorf("a SOURCE_DATE_EPOCH that is not a number: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -250,9 +251,9 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 	} {
 		app, plan := edge(memory("100Mi", limit))
 		_, err := Objects(app, plan)
-		var e *toa.Error
+		var e *fault.Input
 		if !errors.As(err, &e) {
-			t.Fatalf("%s: %v is not a *toa.Error", limit, err)
+			t.Fatalf("%s: %v is not a *fault.Input", limit, err)
 		}
 		if e.Message != want || e.Key != "compositions[0].resources.memory" {
 			t.Errorf("%s: %q at %q, want %q", limit, e.Message, e.Key, want)
@@ -260,7 +261,7 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 	}
 	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "lots"}})
 	_, err := Objects(app, plan)
-	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "Composition 'edge': the cpu limit 'lots' is not a quantity") {
+	if !fault.IsInput(err) || !strings.Contains(err.Error(), "Composition 'edge': the cpu limit 'lots' is not a quantity") {
 		t.Errorf("cpu: %v", err)
 	}
 }
@@ -268,9 +269,9 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 func TestRefusal(t *testing.T) {
 	app, plan := edge(nil)
 	_, err := Objects(app, plan)
-	var e *toa.Error
+	var e *fault.Input
 	if !errors.As(err, &e) {
-		t.Fatalf("%v is not a *toa.Error", err)
+		t.Fatalf("%v is not a *fault.Input", err)
 	}
 	want := "Composition 'edge' declares no resources. Declare them on it or as the context's 'resources', " +
 		"or 'resources: null' to deploy it without any."

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -38,7 +39,7 @@ func WithDependencies(d *Dependencies) Option {
 }
 
 // Objects returns the application's Kubernetes objects, as Toa 289's chart rendered them:
-// Describe, then Values.Objects. A mistake in the application is a *toa.Error.
+// Describe, then Values.Objects. A mistake in the application is a *fault.Input.
 func Objects(app *toa.Application, plan *image.Plan, opts ...Option) ([]Object, error) {
 	var o options
 	for _, opt := range opts {
@@ -73,7 +74,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	for _, w := range v.Compositions {
 		d, err := v.composition(w, "composition-"+w.Name)
 		if err != nil {
-			return nil, &toa.Error{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
 		}
 		out = append(out, d)
 	}
@@ -83,14 +84,14 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	for _, s := range v.Services {
 		objects, err := serviceObjects(s)
 		if err != nil {
-			return nil, &toa.Error{File: file, Key: s.resourcesKey, Message: fmt.Sprintf("Service '%s': %v", s.Name, err)}
+			return nil, &fault.Input{File: file, Key: s.resourcesKey, Message: fmt.Sprintf("Service '%s': %v", s.Name, err)}
 		}
 		out = append(out, objects...)
 	}
 	if w := v.Mono; w != nil {
 		d, err := v.composition(w, MonoWorkload)
 		if err != nil {
-			return nil, &toa.Error{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
 		}
 		out = append(out, d)
 		if len(w.Backends) > 0 {

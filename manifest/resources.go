@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -38,13 +39,13 @@ func settleResources(app *toa.Application, v *Values) error {
 			w.Resources, w.resourcesKey = app.Resources, "resources"
 		}
 		if w.Resources == nil {
-			return &toa.Error{File: app.File, Message: w.Subject + " declares no resources. " +
+			return &fault.Input{File: app.File, Message: w.Subject + " declares no resources. " +
 				"Declare them on it or as the context's 'resources', " +
 				"or 'resources: null' to deploy it without any.",
 				Hint: "like `resources: {cpu: [100m, 1], memory: [256Mi, 1Gi]}`"}
 		}
 		if err := heap(w); err != nil {
-			return &toa.Error{File: app.File, Key: w.resourcesKey + ".memory", Message: w.Subject + ": " + err.Error(),
+			return &fault.Input{File: app.File, Key: w.resourcesKey + ".memory", Message: w.Subject + ": " + err.Error(),
 				Hint: "a memory quantity is a number with an optional suffix K, M, G, T, P, E or Ki, Mi, Gi, Ti, Pi, Ei, like 512Mi"}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -45,7 +46,7 @@ func claim(app *toa.Application, declared []*Service, mono bool) ([]*Service, er
 			}
 			listed = append(listed, ref)
 			if !slices.ContainsFunc(services, func(s *Service) bool { return s.Reference == ref }) {
-				return nil, &toa.Error{File: app.File, Key: fmt.Sprintf("compositions[%d].services", i),
+				return nil, &fault.Input{File: app.File, Key: fmt.Sprintf("compositions[%d].services", i),
 					Message: fmt.Sprintf("Composition '%s' lists '%s', which contributes no service.", c.Name, ref),
 					Hint:    "list only extensions that run a service (like exposition), or remove it from `services`"}
 			}
@@ -91,7 +92,7 @@ func reserve(app *toa.Application, services []*Service, probe *Probe) error {
 					if len(s.Workload) > 0 {
 						msg += fmt.Sprintf(" in '%s'", w)
 					}
-					return &toa.Error{File: app.File, Message: msg,
+					return &fault.Input{File: app.File, Message: msg,
 						Hint: "the services of one workload share its pod: move a port in the annotation of the package that declares it (" + s.Reference + "), or let the service run on its own"}
 				}
 				ports[p.port] = p.claimant
@@ -245,12 +246,12 @@ func expose(app *toa.Application, s *Service) error {
 	}
 	s.Ingress = &in
 	if in.Hosts == nil {
-		return &toa.Error{File: app.File, Key: "ingress.hosts",
+		return &fault.Input{File: app.File, Key: "ingress.hosts",
 			Message: fmt.Sprintf("Service '%s' declares an ingress, but no hosts are defined. Declare them in the context's 'ingress' section.", s.Name),
 			Hint:    "like `ingress: {hosts: [api.example.com]}`"}
 	}
 	if s.Port == 0 {
-		return &toa.Error{File: app.File,
+		return &fault.Input{File: app.File,
 			Message: fmt.Sprintf("Service '%s' declares an ingress, but no port.", s.Name),
 			Hint:    "the package " + s.Reference + " declares a service no ingress can reach: check its version, or report it to its authors"}
 	}

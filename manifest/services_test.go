@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -296,9 +297,9 @@ func TestServiceRefusals(t *testing.T) {
 			app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
 			deps := withServices(app, plan, tc.setup(app)...)
 			_, err := Objects(app, plan, WithDependencies(deps))
-			var e *toa.Error
+			var e *fault.Input
 			if !errors.As(err, &e) {
-				t.Fatalf("%v is not a *toa.Error", err)
+				t.Fatalf("%v is not a *fault.Input", err)
 			}
 			if e.Message != tc.want {
 				t.Errorf("%q\nwant %q", e.Message, tc.want)

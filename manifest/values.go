@@ -110,7 +110,7 @@ type Dependencies struct {
 // is of mono, the one mono workload), the context's variables (TOA_CONTEXT and TOA_ENV first)
 // and the dependencies' ones, deduplicated by name with the first kept, the extension services
 // each composition runs, the others as services of their own, every resources settled and
-// NODE_OPTIONS sized by the memory limit. Toa's refusals are *toa.Error: resources nowhere, a
+// NODE_OPTIONS sized by the memory limit. Toa's refusals are *fault.Input: resources nowhere, a
 // port two services of one workload claim, a service that asks for an ingress without hosts or
 // port, a composition that lists what contributes no service.
 func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Values, error) {

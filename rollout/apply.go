@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Options tune Apply and Delete.
@@ -47,7 +49,7 @@ func (o Options) logf(format string, args ...any) {
 // Helm release made are adopted. The objects are not changed.
 //
 // A field another manager owns with another value is a *ConflictError, unless opts.Force;
-// objects the cluster cannot take are an *InputError.
+// objects the cluster cannot take are an *fault.Input.
 func Apply(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
 	set, err := setOf(objects, opts.Namespace)
 	if err != nil {
@@ -65,7 +67,7 @@ func Apply(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstru
 // setOf is the ApplySet of the objects' Toa context in the namespace.
 func setOf(objects []*unstructured.Unstructured, namespace string) (Set, error) {
 	if namespace == "" {
-		return Set{}, &InputError{Err: errors.New("no namespace to apply to")}
+		return Set{}, fault.BadInput(errors.New("no namespace to apply to"))
 	}
 	name, err := contextName(objects)
 	if err != nil {
@@ -77,7 +79,7 @@ func setOf(objects []*unstructured.Unstructured, namespace string) (Set, error) 
 // contextName is the toa/context label every object carries, the name of the application.
 func contextName(objects []*unstructured.Unstructured) (string, error) {
 	if len(objects) == 0 {
-		return "", &InputError{Err: errors.New("the kustomization has no objects")}
+		return "", fault.BadInput(errors.New("the kustomization has no objects"))
 	}
 	name := ""
 	var missing []string
@@ -89,12 +91,12 @@ func contextName(objects []*unstructured.Unstructured) (string, error) {
 		case name == "":
 			name = v
 		case v != name:
-			return "", &InputError{Err: fmt.Errorf("the objects belong to two Toa contexts, %q and %q (label %s): apply one application at a time", name, v, LabelContext)}
+			return "", fault.BadInput(fmt.Errorf("the objects belong to two Toa contexts, %q and %q (label %s): apply one application at a time", name, v, LabelContext))
 		}
 	}
 	if len(missing) > 0 {
-		return "", &InputError{Err: fmt.Errorf("%s lack the label %s that names the application: "+
-			"an overlay must add it with a kustomize `labels` entry", strings.Join(missing, ", "), LabelContext)}
+		return "", fault.BadInput(fmt.Errorf("%s lack the label %s that names the application: "+
+			"an overlay must add it with a kustomize `labels` entry", strings.Join(missing, ", "), LabelContext))
 	}
 	return name, nil
 }
@@ -230,7 +232,7 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) err
 			return &ConflictError{Object: ref, Conflicts: cs}
 		}
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			return &InputError{Err: fmt.Errorf("apply %s: %w", ref, err)}
+			return fault.BadInput(fmt.Errorf("apply %s: %w", ref, err))
 		}
 		return fmt.Errorf("apply %s: %w", ref, err)
 	}
@@ -267,7 +269,7 @@ func withoutBookkeeping(obj *unstructured.Unstructured) map[string]any {
 // discovery for a moment after the CRD is established: discovery is read again, a few times.
 func (a *applier) mapping(ctx context.Context, gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
 	m, err := a.c.mapping(gvk)
-	var input *InputError
+	var input *fault.Input
 	if !errors.As(err, &input) || !slices.Contains(a.crds, gvk.Group) {
 		return m, err
 	}

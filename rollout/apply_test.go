@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 func object(apiVersion, kind, name string, labels map[string]any) *unstructured.Unstructured {
@@ -31,7 +33,7 @@ func TestContextName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := contextName(tt.objects)
-			var input *InputError
+			var input *fault.Input
 			switch {
 			case tt.err == "" && (err != nil || got != tt.want):
 				t.Errorf("contextName = %q, %v; want %q", got, err, tt.want)

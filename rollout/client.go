@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // client is what apply, prune and delete talk to the cluster with: the dynamic client, and a
@@ -41,7 +43,7 @@ func newClient(cfg *rest.Config) (*client, error) {
 func (c *client) mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
 	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
-		return nil, &InputError{Err: fmt.Errorf("the cluster has no kind %s in %s: is its CustomResourceDefinition installed, or the apiVersion misspelt?", gvk.Kind, gvk.GroupVersion())}
+		return nil, fault.BadInput(fmt.Errorf("the cluster has no kind %s in %s: is its CustomResourceDefinition installed, or the apiVersion misspelt?", gvk.Kind, gvk.GroupVersion()))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("find the resource of %s: %w", gvk, err)

@@ -13,13 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// InputError is an error in the objects given: a missing label, a kind the cluster does not
-// serve, an object the API server refuses as invalid. The command exits with its bad-input code.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
 // Conflict is one field another field manager owns.
 type Conflict struct {
 	Manager string `json:"manager"`

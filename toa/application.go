@@ -1,7 +1,7 @@
 // Package toa reads a Toa application as Toa 1.0.0-alpha.289 reads it: the context file
 // (context.toa.yaml) with its environment overrides, the components and their manifests, and the
 // compositions, declared and derived. Everything else in toa-deploy reads the application through
-// the values this package returns; every mistake in the user's files is an *Error that names the
+// the values this package returns; every mistake in the user's files is an *fault.Input that names the
 // file, the key and the line.
 package toa
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Component is one component of the application: a folder with a manifest.toa.yaml.
@@ -105,7 +107,7 @@ func loadComponent(dir string) (*Component, error) {
 		return nil, err
 	}
 	if !exists {
-		return nil, &Error{File: dir, Message: "has no manifest.toa.yaml",
+		return nil, &fault.Input{File: dir, Message: "has no manifest.toa.yaml",
 			Hint: "every folder under components/ is a component: add its manifest.toa.yaml, or move the folder out of components/"}
 	}
 	m := field{file: path, node: root}
@@ -151,7 +153,7 @@ func (c *Component) readNames(m field) error {
 			namespace = parts[len(parts)-2]
 		}
 		if !componentNamePattern.MatchString(name) || (namespace != "" && !componentNamePattern.MatchString(namespace)) {
-			return &Error{File: c.Manifest, Key: "name", Message: fmt.Sprintf(
+			return &fault.Input{File: c.Manifest, Key: "name", Message: fmt.Sprintf(
 				"is not given, and the folder name '%s' is not a valid namespace.name", filepath.Base(c.Path)),
 				Hint: "give `name` (and `namespace`) in the manifest; " + componentNameHint}
 		}
@@ -286,7 +288,7 @@ func moduleType(dir string) (string, error) {
 			Type string `json:"type"`
 		}
 		if err := json.Unmarshal(data, &pkg); err != nil {
-			return "", &Error{File: p, Message: "is not valid JSON: " + err.Error()}
+			return "", &fault.Input{File: p, Message: "is not valid JSON: " + err.Error()}
 		}
 		if pkg.Type == "module" {
 			return "module", nil

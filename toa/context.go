@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 const resourcesHint = "write `resources: {cpu: [request, limit], memory: [request, limit]}`, like {cpu: [100m, 1], memory: [256Mi, 1Gi]}, or `resources: null` to deploy without any"
@@ -334,7 +336,7 @@ func (app *Application) readComponents(ctx field) error {
 			return err
 		}
 		if prev := seen[c.Locator.ID]; prev != nil {
-			return &Error{File: c.Manifest, Message: fmt.Sprintf("declares component '%s', as %s does", c.Locator.ID, displayPath(prev.Manifest)),
+			return &fault.Input{File: c.Manifest, Message: fmt.Sprintf("declares component '%s', as %s does", c.Locator.ID, fault.DisplayPath(prev.Manifest)),
 				Hint: "give one of them another name or namespace"}
 		}
 		seen[c.Locator.ID] = c
@@ -342,7 +344,7 @@ func (app *Application) readComponents(ctx field) error {
 	}
 	if len(app.Components) == 0 {
 		app.Warnings = append(app.Warnings, fmt.Sprintf("%s: no components found under %s",
-			displayPath(app.File), displayPath(filepath.Join(app.Root, "components"))))
+			fault.DisplayPath(app.File), fault.DisplayPath(filepath.Join(app.Root, "components"))))
 	}
 	return nil
 }
@@ -360,7 +362,7 @@ func (app *Application) componentFolders(ctx field) ([]string, error) {
 		pattern, legacy = p, true
 		app.Warnings = append(app.Warnings, fmt.Sprintf(
 			"%s:%d: packages: is deprecated: Toa 289 reads components/* and refuses this key; move the components under components/ and remove it",
-			displayPath(app.File), lineOf(ctx, "packages")))
+			fault.DisplayPath(app.File), lineOf(ctx, "packages")))
 	}
 	matches, err := filepath.Glob(filepath.Join(app.Root, filepath.FromSlash(pattern)))
 	if err != nil {

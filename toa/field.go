@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // field is one value of a YAML file with where it stands: the file and the key path. Its methods
@@ -18,12 +20,12 @@ type field struct {
 	node *yaml.Node
 }
 
-func (f field) fail(hint, format string, args ...any) *Error {
+func (f field) fail(hint, format string, args ...any) *fault.Input {
 	line := 0
 	if f.node != nil {
 		line = f.node.Line
 	}
-	return &Error{File: f.file, Key: f.key, Line: line, Message: fmt.Sprintf(format, args...), Hint: hint}
+	return &fault.Input{File: f.file, Key: f.key, Line: line, Message: fmt.Sprintf(format, args...), Hint: hint}
 }
 
 func (f field) isNull() bool { return isNull(f.node) }

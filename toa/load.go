@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // ContextFile is the name of a Toa context's file.
@@ -86,7 +88,7 @@ func Load(path, env string) (*Application, error) {
 		return nil, err
 	}
 	if !exists {
-		return nil, &Error{Message: fmt.Sprintf("there is no %s in %s", ContextFile, folderName(path, root)),
+		return nil, &fault.Input{Message: fmt.Sprintf("there is no %s in %s", ContextFile, folderName(path, root)),
 			Hint: "run in the folder of a Toa context, or point --path at it", Err: ErrNoContext}
 	}
 	convolve(node, chain)
@@ -116,7 +118,7 @@ func environmentChain(env string) ([]string, error) {
 	names := strings.Split(env, ":")
 	for _, n := range names {
 		if n == "" {
-			return nil, &Error{Message: fmt.Sprintf("Environment '%s' contains an empty name.", env),
+			return nil, &fault.Input{Message: fmt.Sprintf("Environment '%s' contains an empty name.", env),
 				Hint: "name environments like 'staging' or chain them like 'staging:production'"}
 		}
 	}
@@ -170,7 +172,7 @@ func keyNode(mapping *yaml.Node, key string) *yaml.Node {
 func (app *Application) readIdentity(ctx field) error {
 	f, ok := ctx.child("name")
 	if !ok {
-		return &Error{File: ctx.file, Key: "name", Message: "is required",
+		return &fault.Input{File: ctx.file, Key: "name", Message: "is required",
 			Hint: "name the context, like `name: shop`: it names the images' repository and every deployed object's toa/context label"}
 	}
 	var err error
@@ -226,7 +228,7 @@ func (app *Application) readRuntime(ctx field) error {
 		return err
 	}
 	if version == "" {
-		return &Error{File: ctx.file, Key: "runtime.version", Line: lineOf(ctx, "runtime"),
+		return &fault.Input{File: ctx.file, Key: "runtime.version", Line: lineOf(ctx, "runtime"),
 			Message: "is not given, and no @toa.io/runtime is installed under the context's node_modules",
 			Hint:    "set `runtime: <version>` (like `runtime: 1.0.0-alpha.289`), or run `npm install` in the context's folder"}
 	}
@@ -255,7 +257,7 @@ func installedRuntime(root string) (string, string, error) {
 		Version string `json:"version"`
 	}
 	if err := json.Unmarshal(data, &pkg); err != nil || pkg.Version == "" {
-		return "", "", &Error{File: p, Message: "has no version", Hint: "reinstall it with `npm install`"}
+		return "", "", &fault.Input{File: p, Message: "has no version", Hint: "reinstall it with `npm install`"}
 	}
 	return pkg.Version, p, nil
 }
@@ -263,7 +265,7 @@ func installedRuntime(root string) (string, string, error) {
 func (app *Application) readRegistry(ctx field) error {
 	f, ok := ctx.child("registry")
 	if !ok || f.isNull() {
-		return &Error{File: ctx.file, Key: "registry", Line: lineOf(ctx, "registry"), Message: "is required",
+		return &fault.Input{File: ctx.file, Key: "registry", Line: lineOf(ctx, "registry"), Message: "is required",
 			Hint: "say where images go, like `registry: registry.example.com/acme` or `registry: {base: localhost:5000}`"}
 	}
 	r := &app.Registry

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // readYAML parses a YAML file into a node tree with its anchors and merge keys expanded, so that
@@ -37,7 +39,7 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, &Error{File: path, Line: extra.Line, Message: "holds more than one YAML document",
+		return nil, &fault.Input{File: path, Line: extra.Line, Message: "holds more than one YAML document",
 			Hint: "remove the '---' separator: a Toa file is one document"}
 	}
 	root := &doc
@@ -62,7 +64,7 @@ func syntaxError(path string, err error) error {
 	if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
 		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 	}
-	return &Error{File: path, Line: line, Message: "is not valid YAML: " + msg,
+	return &fault.Input{File: path, Line: line, Message: "is not valid YAML: " + msg,
 		Hint: "check the indentation of this line and of the one above it"}
 }
 
@@ -75,7 +77,7 @@ const maxDepth = 100
 // js-yaml, which Toa reads its files with.
 func expand(path string, node *yaml.Node, depth int) (*yaml.Node, error) {
 	if depth > maxDepth {
-		return nil, &Error{File: path, Line: node.Line, Message: "nests aliases too deeply",
+		return nil, &fault.Input{File: path, Line: node.Line, Message: "nests aliases too deeply",
 			Hint: "an alias that refers to itself, or a chain of more than 100, cannot be expanded"}
 	}
 	switch node.Kind {
@@ -140,13 +142,13 @@ func mergeSources(path string, value *yaml.Node) ([]*yaml.Node, error) {
 	case yaml.SequenceNode:
 		for _, item := range value.Content {
 			if item.Kind != yaml.MappingNode {
-				return nil, &Error{File: path, Line: item.Line, Message: "merges something that is not a mapping",
+				return nil, &fault.Input{File: path, Line: item.Line, Message: "merges something that is not a mapping",
 					Hint: "'<<' takes an alias of a mapping, or a list of them"}
 			}
 		}
 		return value.Content, nil
 	}
-	return nil, &Error{File: path, Line: value.Line, Message: "merges something that is not a mapping",
+	return nil, &fault.Input{File: path, Line: value.Line, Message: "merges something that is not a mapping",
 		Hint: "'<<' takes an alias of a mapping, or a list of them"}
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/kustomize"
 	"github.com/toa-deploy/toa-deploy/rollout"
@@ -41,7 +42,7 @@ func toolVersion() string {
 // removes the application.
 func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	if c.Timeout <= 0 {
-		return &cli.BadInput{Err: fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout)}
+		return fault.BadInput(fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout))
 	}
 	objects, err := c.objects()
 	if err != nil {
@@ -84,7 +85,7 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 // objects are the kustomization's, rendered in memory.
 func (c *applyCommand) objects() ([]*unstructured.Unstructured, error) {
 	if info, err := os.Stat(c.Dir); err != nil || !info.IsDir() {
-		return nil, &cli.BadInput{Err: fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir)}
+		return nil, fault.BadInput(fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir))
 	}
 	return kustomize.Render(filesys.MakeFsOnDisk(), c.Dir)
 }
@@ -104,11 +105,11 @@ func (c *applyCommand) cluster() (*rest.Config, string, error) {
 		if clientcmd.IsEmptyConfig(err) {
 			hint = ": give --kubeconfig, set KUBECONFIG, or run in a pod"
 		}
-		return nil, "", &cli.BadInput{Err: fmt.Errorf("kubeconfig: %w%s", err, hint)}
+		return nil, "", fault.BadInput(fmt.Errorf("kubeconfig: %w%s", err, hint))
 	}
 	namespace, _, err := cc.Namespace()
 	if err != nil {
-		return nil, "", &cli.BadInput{Err: fmt.Errorf("kubeconfig: namespace: %w", err)}
+		return nil, "", fault.BadInput(fmt.Errorf("kubeconfig: namespace: %w", err))
 	}
 	if namespace == "" {
 		namespace = "default"
@@ -119,18 +120,18 @@ func (c *applyCommand) cluster() (*rest.Config, string, error) {
 
 // exitError gives rollout's errors the exit codes of DESIGN.md.
 func (c *applyCommand) exitError(err error) error {
-	var input *rollout.InputError
+	var input *fault.Input
 	var timeout *rollout.TimeoutError
 	var failure *rollout.Failure
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &input):
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	case errors.As(err, &timeout):
-		return &cli.Timeout{Err: fmt.Errorf("%w (--timeout %s)", err, c.Timeout)}
+		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)", err, c.Timeout))
 	case errors.Is(err, context.DeadlineExceeded):
-		return &cli.Timeout{Err: fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err)}
+		return fault.TimedOut(fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err))
 	case errors.As(err, &failure):
 		return fmt.Errorf("rollout failed: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
@@ -85,7 +86,7 @@ func TestExitError(t *testing.T) {
 		{nil, cli.ExitOK},
 		{&rollout.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
 		{&rollout.ConflictError{Conflicts: []rollout.Conflict{{Manager: "m", Field: ".spec.replicas"}}}, cli.ExitFailed},
-		{&rollout.InputError{Err: errors.New("no label")}, cli.ExitBadInput},
+		{&fault.Input{Err: errors.New("no label")}, cli.ExitBadInput},
 		{&rollout.TimeoutError{Awaiting: []rollout.Status{{Name: "composition-a", Message: "1 old pod terminating: x"}}}, cli.ExitTimeout},
 		{fmt.Errorf("apply x: %w", context.DeadlineExceeded), cli.ExitTimeout},
 	}

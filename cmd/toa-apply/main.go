@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/kustomize"
 )
@@ -56,7 +57,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 // render prints the kustomization rendered, in the order it is applied.
 func (c *applyCommand) render(w io.Writer) error {
 	if info, err := os.Stat(c.Dir); err != nil || !info.IsDir() {
-		return &cli.BadInput{Err: fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir)}
+		return fault.BadInput(fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir))
 	}
 	objects, err := kustomize.Render(filesys.MakeFsOnDisk(), c.Dir)
 	if err != nil {

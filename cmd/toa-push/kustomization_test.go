@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -64,7 +65,7 @@ func TestWriteKustomizationRefusesBeforeTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = writeKustomization(app, plan, nil, filepath.Join(t.TempDir(), "deployment"), nil)
-	if !toa.IsBadInput(err) || !strings.Contains(err.Error(), "Composition 'default-echo' declares no resources.") {
+	if !fault.IsInput(err) || !strings.Contains(err.Error(), "Composition 'default-echo' declares no resources.") {
 		t.Errorf("%v", err)
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/sirupsen/logrus"
 	"sigs.k8s.io/yaml"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/kustomize"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // pushLayout is --from-oci-layout: the layout's images go to the registries they name, and the
@@ -24,19 +24,19 @@ import (
 func (c *pushCommand) pushLayout(ctx context.Context, log *logrus.Logger) error {
 	layout, err := image.ReadLayout(c.FromOCILayout)
 	if err != nil {
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	entries, err := layout.Entries()
 	if err != nil {
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	from := filepath.Join(c.FromOCILayout, "kustomization")
 	if err := checkKustomization(from, entries); err != nil {
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile))
 	if err != nil {
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	display := cli.NewDisplay(os.Stderr)
 	result, err := image.PushLayout(ctx, layout, image.PushOptions{
@@ -121,12 +121,12 @@ func copyKustomization(from, to string) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist), err == nil && len(existing) == 0:
 	case err != nil:
-		return &toa.Error{File: to, Message: "is not a folder toa-push can write the kustomization into: " + err.Error(),
+		return &fault.Input{File: to, Message: "is not a folder toa-push can write the kustomization into: " + err.Error(),
 			Hint: "give --kustomization a folder of its own, like `deployment`"}
 	default:
 		data, err := os.ReadFile(filepath.Join(abs, kustomize.KustomizationFile))
 		if err != nil || !bytes.HasPrefix(data, []byte(writtenByToaPush)) {
-			return &toa.Error{File: to, Message: "holds files toa-push did not write: toa-push writes the kustomization there, and would replace it",
+			return &fault.Input{File: to, Message: "holds files toa-push did not write: toa-push writes the kustomization there, and would replace it",
 				Hint: "give --kustomization a folder of its own, like `deployment`, or remove this one"}
 		}
 	}

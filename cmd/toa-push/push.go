@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/layer"
@@ -69,7 +70,7 @@ func (c *pushCommand) mirrors() (image.Mirrors, error) {
 	specs := strings.Split(os.Getenv("TOA_MIRRORS"), ",")
 	m, err := image.ParseMirrors(append(specs, c.Mirror...)...)
 	if err != nil {
-		return nil, &cli.BadInput{Err: err}
+		return nil, fault.BadInput(err)
 	}
 	return m, nil
 }
@@ -101,13 +102,13 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	}
 	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile), image.WithMirrors(mirrors))
 	if err != nil {
-		return &cli.BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	var dest image.Destination = image.NewRegistryDestination(reg)
 	if c.OCILayout != "" {
 		layout, err := image.OpenLayout(c.OCILayout, map[string]string{image.AnnotationContext: app.Name, image.AnnotationEnvironment: app.Environment})
 		if err != nil {
-			return &cli.BadInput{Err: err}
+			return fault.BadInput(err)
 		}
 		dest = layout
 	}
@@ -184,7 +185,7 @@ func (c *pushCommand) load() (*toa.Application, error) {
 	if err == nil {
 		return app, nil
 	}
-	var e *toa.Error
+	var e *fault.Input
 	if c.Env != "" && errors.As(err, &e) && errors.Is(err, toa.ErrNoContext) {
 		if info, statErr := os.Stat(filepath.Join(c.Env, toa.ContextFile)); statErr == nil && !info.IsDir() {
 			e.Hint = fmt.Sprintf("'%s' is taken as the environment; to read the context in that folder, run toa-push --path %s", c.Env, c.Env)

@@ -4,15 +4,13 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Exit codes of both commands (DESIGN.md "The command line").
@@ -23,28 +21,15 @@ const (
 	ExitTimeout  = 3
 )
 
-// BadInput marks an error as the user's input being wrong, for errors outside the toa package.
-type BadInput struct{ Err error }
-
-func (e *BadInput) Error() string { return e.Err.Error() }
-func (e *BadInput) Unwrap() error { return e.Err }
-
-// Timeout marks an error as the command's deadline having passed.
-type Timeout struct{ Err error }
-
-func (e *Timeout) Error() string { return e.Err.Error() }
-func (e *Timeout) Unwrap() error { return e.Err }
-
 // ExitCode maps an error to the exit code CI acts on.
 func ExitCode(err error) int {
-	var bad *BadInput
-	var timeout *Timeout
-	switch {
-	case err == nil:
+	if err == nil {
 		return ExitOK
-	case toa.IsBadInput(err), errors.As(err, &bad):
+	}
+	switch fault.ClassOf(err) {
+	case fault.ClassInput:
 		return ExitBadInput
-	case errors.As(err, &timeout), errors.Is(err, context.DeadlineExceeded):
+	case fault.ClassTimeout:
 		return ExitTimeout
 	}
 	return ExitFailed

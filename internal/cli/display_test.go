@@ -2,7 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"testing"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 func TestPlainDisplayWritesALinePerChange(t *testing.T) {
@@ -35,8 +39,10 @@ func TestExitCodes(t *testing.T) {
 		want int
 	}{
 		{nil, 0},
-		{&BadInput{Err: bytes.ErrTooLarge}, 2},
-		{&Timeout{Err: bytes.ErrTooLarge}, 3},
+		{fault.BadInput(bytes.ErrTooLarge), 2},
+		{fmt.Errorf("push: %w", fault.BadInput(bytes.ErrTooLarge)), 2},
+		{fault.TimedOut(bytes.ErrTooLarge), 3},
+		{fmt.Errorf("push: %w", context.DeadlineExceeded), 3},
 		{bytes.ErrTooLarge, 1},
 	}
 	for _, c := range cases {

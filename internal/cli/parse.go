@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // errHelp ends a run that printed its help: exit 0.
@@ -30,7 +32,7 @@ func Parse(cmd any, name, description string, args []string, stdout io.Writer) e
 		os.Exit(ExitOK)
 	}
 	if err != nil {
-		return &BadInput{Err: err}
+		return fault.BadInput(err)
 	}
 	return nil
 }
