@@ -57,6 +57,7 @@ type ReadImage struct {
 	MediaType   string
 	ConfigType  string
 	LayerTypes  []string
+	Layers      []string          // their digests
 	Annotations map[string]string // of the manifest
 	Config      struct {
 		Architecture, OS, Variant string
@@ -75,19 +76,63 @@ type ReadImage struct {
 // its format has none (Docker's). It returns what was read.
 func Skopeo(t testing.TB, ref string) *Read {
 	t.Helper()
-	raw := skopeoJSON(t, "inspect", "--raw", "--tls-verify=false", "docker://"+ref)
-	r := &Read{Ref: ref, MediaType: str(raw["mediaType"]), raw: raw}
+	return read(t, registrySource{ref: ref})
+}
+
+// SkopeoLayout reads the index tagged tag (its org.opencontainers.image.ref.name) in the OCI
+// layout dir as Skopeo reads a registry's: through skopeo's oci: transport, the manifests of its
+// images from the layout's blobs.
+func SkopeoLayout(t testing.TB, dir, tag string) *Read {
+	t.Helper()
+	return read(t, layoutSource{dir: dir, tag: tag})
+}
+
+// source is where skopeo reads: a registry, or an OCI layout.
+type source interface {
+	name() string
+	transport() string                      // what skopeo takes: docker://REF, oci:DIR:TAG
+	flags() []string                        // for skopeo inspect
+	manifest(digest string) ([]byte, error) // a manifest of the index, by digest
+	digestRef(digest string) string         // skopeo's name of a manifest by digest, or ""
+}
+
+type registrySource struct{ ref string }
+
+func (r registrySource) name() string      { return r.ref }
+func (r registrySource) transport() string { return "docker://" + r.ref }
+func (r registrySource) flags() []string   { return []string{"--tls-verify=false"} }
+func (r registrySource) digestRef(digest string) string {
+	return "docker://" + repository(r.ref) + "@" + digest
+}
+func (r registrySource) manifest(digest string) ([]byte, error) {
+	return runReader(nil, "skopeo", "inspect", "--raw", "--tls-verify=false", r.digestRef(digest))
+}
+
+type layoutSource struct{ dir, tag string }
+
+func (l layoutSource) name() string            { return "oci:" + l.dir + ":" + l.tag }
+func (l layoutSource) transport() string       { return "oci:" + l.dir + ":" + l.tag }
+func (l layoutSource) flags() []string         { return nil }
+func (l layoutSource) digestRef(string) string { return "" } // skopeo 1.9's oci: names tags only
+func (l layoutSource) manifest(digest string) ([]byte, error) {
+	algorithm, hex, _ := strings.Cut(digest, ":")
+	return os.ReadFile(filepath.Join(l.dir, "blobs", algorithm, hex))
+}
+
+func read(t testing.TB, src source) *Read {
+	t.Helper()
+	raw := skopeoJSON(t, append(append([]string{"inspect", "--raw"}, src.flags()...), src.transport())...)
+	r := &Read{Ref: src.name(), MediaType: str(raw["mediaType"]), raw: raw}
 	manifests, isIndex := raw["manifests"].([]any)
 	if !isIndex {
-		img := readImage(t, ref, repository(ref)+"@"+digestOfRef(t, ref), "")
-		r.Images = append(r.Images, img)
+		r.Images = append(r.Images, readImage(t, src, raw, ""))
 		return r
 	}
 	if r.MediaType != mediaOCIIndex && r.MediaType != mediaDockerList {
-		t.Errorf("skopeo: %s is a %q, neither an OCI index nor a Docker manifest list", ref, r.MediaType)
+		t.Errorf("skopeo: %s is a %q, neither an OCI index nor a Docker manifest list", r.Ref, r.MediaType)
 	}
 	if _, has := raw["annotations"]; has && r.MediaType == mediaDockerList {
-		t.Errorf("skopeo: the Docker manifest list %s has annotations, which its format does not have", ref)
+		t.Errorf("skopeo: the Docker manifest list %s has annotations, which its format does not have", r.Ref)
 	}
 	for _, m := range manifests {
 		d, _ := m.(map[string]any)
@@ -98,15 +143,24 @@ func Skopeo(t testing.TB, ref string) *Read {
 		}
 		if r.MediaType == mediaDockerList {
 			if _, has := d["annotations"]; has {
-				t.Errorf("skopeo: %s: the Docker manifest list's entry for %s has annotations", ref, platform)
+				t.Errorf("skopeo: %s: the Docker manifest list's entry for %s has annotations", r.Ref, platform)
 			}
 			if str(d["mediaType"]) != mediaDockerImage {
-				t.Errorf("skopeo: %s: the Docker manifest list lists a %s for %s", ref, d["mediaType"], platform)
+				t.Errorf("skopeo: %s: the Docker manifest list lists a %s for %s", r.Ref, d["mediaType"], platform)
 			}
 		}
-		img := readImage(t, ref, repository(ref)+"@"+str(d["digest"]), platform)
+		data, err := src.manifest(str(d["digest"]))
+		if err != nil {
+			t.Fatalf("skopeo: %s: read the manifest %s for %s: %v\n%s", r.Ref, d["digest"], platform, err, data)
+		}
+		var child map[string]any
+		if err := json.Unmarshal(data, &child); err != nil {
+			t.Fatalf("%s: the manifest %s: %v", r.Ref, d["digest"], err)
+		}
+		img := readImage(t, src, child, platform)
+		img.Digest = str(d["digest"])
 		if img.MediaType != str(d["mediaType"]) {
-			t.Errorf("skopeo: %s: the index lists %s as a %s, its manifest says %s", ref, platform, d["mediaType"], img.MediaType)
+			t.Errorf("skopeo: %s: the index lists %s as a %s, its manifest says %s", r.Ref, platform, d["mediaType"], img.MediaType)
 		}
 		r.Images = append(r.Images, img)
 	}
@@ -150,20 +204,18 @@ func (r *Read) Image(t testing.TB, platform string) ReadImage {
 	return ReadImage{}
 }
 
-// readImage reads one image by digest: its manifest as served, then, as containers/image pulls
-// it (for the platform, through ref when it is an index), its parsed manifest and its config.
-func readImage(t testing.TB, ref, byDigest, platform string) ReadImage {
+// readImage reads one image of src from its manifest: then, as containers/image pulls it (for
+// the platform, when src is an index), its parsed manifest and its config.
+func readImage(t testing.TB, src source, raw map[string]any, platform string) ReadImage {
 	t.Helper()
-	raw := skopeoJSON(t, "inspect", "--raw", "--tls-verify=false", "docker://"+byDigest)
-	img := ReadImage{Platform: platform, Digest: strings.SplitN(byDigest, "@", 2)[1], MediaType: str(raw["mediaType"])}
-	if img.MediaType == "" && raw["config"] != nil {
-		img.MediaType = mediaDockerImage // a Docker v2 manifest may leave its own type out
-	}
+	img := ReadImage{Platform: platform, MediaType: str(raw["mediaType"])}
 	config, _ := raw["config"].(map[string]any)
 	img.ConfigType = str(config["mediaType"])
 	layers, _ := raw["layers"].([]any)
 	for _, l := range layers {
-		img.LayerTypes = append(img.LayerTypes, str(l.(map[string]any)["mediaType"]))
+		layer, _ := l.(map[string]any)
+		img.LayerTypes = append(img.LayerTypes, str(layer["mediaType"]))
+		img.Layers = append(img.Layers, str(layer["digest"]))
 	}
 	if a, ok := raw["annotations"].(map[string]any); ok {
 		img.Annotations = map[string]string{}
@@ -171,13 +223,13 @@ func readImage(t testing.TB, ref, byDigest, platform string) ReadImage {
 			img.Annotations[k] = str(v)
 		}
 	}
-	checkFamily(t, byDigest, img, raw)
+	checkFamily(t, src.name()+" "+platform, img, raw)
 	if strings.HasPrefix(platform, "unknown/") {
 		return img // an attestation: no platform to pull
 	}
 	// the image as a pull for this platform sees it: containers/image parses the manifest and
 	// the config, and refuses what it does not support
-	args := []string{"inspect", "--tls-verify=false"}
+	args := src.flags()
 	if platform != "" {
 		parts := strings.Split(platform, "/")
 		args = append(args, "--override-os", parts[0], "--override-arch", parts[1])
@@ -185,21 +237,20 @@ func readImage(t testing.TB, ref, byDigest, platform string) ReadImage {
 			args = append(args, "--override-variant", parts[2])
 		}
 	}
-	pulled := skopeoJSON(t, append(args, "docker://"+ref)...)
-	var want []string
-	for _, l := range layers {
-		want = append(want, str(l.(map[string]any)["digest"]))
-	}
+	pulled := skopeoJSON(t, append(append([]string{"inspect"}, args...), src.transport())...)
 	var got []string
 	for _, l := range pulled["Layers"].([]any) {
 		got = append(got, str(l))
 	}
-	if !slices.Equal(got, want) {
-		t.Errorf("skopeo: a pull of %s for %s gets the layers %v, the image listed for it has %v", ref, platform, got, want)
+	if !slices.Equal(got, img.Layers) {
+		t.Errorf("skopeo: a pull of %s for %s gets the layers %v, the image listed for it has %v", src.name(), platform, got, img.Layers)
 	}
-	out := skopeo(t, "inspect", "--config", "--tls-verify=false", "docker://"+byDigest)
+	if platform == "" {
+		img.Digest = str(pulled["Digest"])
+	}
+	out := skopeo(t, append(append([]string{"inspect", "--config"}, args...), src.transport())...)
 	if err := json.Unmarshal(out, &img.Config); err != nil {
-		t.Fatalf("skopeo inspect --config %s: %v\n%s", byDigest, err, out)
+		t.Fatalf("skopeo inspect --config %s: %v\n%s", src.name(), err, out)
 	}
 	if platform == "" {
 		img.Platform = img.Config.OS + "/" + img.Config.Architecture
@@ -207,9 +258,20 @@ func readImage(t testing.TB, ref, byDigest, platform string) ReadImage {
 			img.Platform += "/" + img.Config.Variant
 		}
 	} else if got := img.Config.OS + "/" + img.Config.Architecture; !strings.HasPrefix(platform, got) {
-		t.Errorf("skopeo: %s: the index says %s, the config %s", byDigest, platform, got)
+		t.Errorf("skopeo: %s: the index says %s, the config %s", src.name(), platform, got)
 	}
 	return img
+}
+
+// Tags lists the tags of a repository ("127.0.0.1:PORT/shop/composition-front") with skopeo.
+func Tags(t testing.TB, repository string) []string {
+	t.Helper()
+	var out struct{ Tags []string }
+	data := skopeo(t, "list-tags", "--tls-verify=false", "docker://"+repository)
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("skopeo list-tags %s: %v\n%s", repository, err, data)
+	}
+	return out.Tags
 }
 
 // checkFamily fails the test on a manifest that mixes Docker's and OCI's types, or has
@@ -243,7 +305,8 @@ func checkFamily(t testing.TB, what string, img ReadImage, raw map[string]any) {
 	}
 }
 
-// Unpacked copies the image of ref for the platform ("linux/amd64") into an OCI layout with
+// Unpacked copies the image of ref (in a registry, or "oci:DIR:TAG") for the platform
+// ("linux/amd64") into an OCI layout with
 // skopeo, unpacks it with umoci into an OCI runtime bundle, and returns the bundle's root file
 // system and its config.json's process (args, env, cwd).
 func Unpacked(t testing.TB, ref, platform string) (rootfs string, process BundleProcess) {
@@ -258,7 +321,11 @@ func Unpacked(t testing.TB, ref, platform string) (rootfs string, process Bundle
 	// umoci 0.4.7 (Debian 12's) unpacks gzip layers only: skopeo recompresses zstd ones, which
 	// it reads whole to do so
 	args = append(args, "--dest-compress", "--dest-compress-format", "gzip")
-	skopeo(t, append(args, "docker://"+ref, "oci:"+layout+":image")...)
+	from := ref
+	if !strings.HasPrefix(ref, "oci:") {
+		from = "docker://" + ref
+	}
+	skopeo(t, append(args, from, "oci:"+layout+":image")...)
 	umoci := lookReader(t, "umoci")
 	if out, err := runReader(t, umoci, "unpack", "--image", layout+":image", bundle); err != nil {
 		t.Fatalf("umoci unpack %s (%s, copied by skopeo): %v\n%s", ref, platform, err, out)
@@ -335,7 +402,11 @@ func skopeoJSON(t testing.TB, args ...string) map[string]any {
 // runReader runs a reader for at most two minutes and returns its stdout, or its stderr with
 // the error.
 func runReader(t testing.TB, bin string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx := context.Background()
+	if t != nil {
+		ctx = t.Context()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	var stdout, stderr bytes.Buffer
@@ -356,16 +427,6 @@ func lookReader(t testing.TB, name string) string {
 		t.Fatalf("no %s on PATH: %s", name, readersInstall)
 	}
 	return p
-}
-
-// digestOfRef asks skopeo for the digest ref names.
-func digestOfRef(t testing.TB, ref string) string {
-	t.Helper()
-	if _, d, ok := strings.Cut(ref, "@"); ok {
-		return d
-	}
-	v := skopeoJSON(t, "inspect", "--tls-verify=false", "docker://"+ref)
-	return str(v["Digest"])
 }
 
 // repository is ref without its tag or digest.
