@@ -213,7 +213,7 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) err
 	case err != nil:
 		return fmt.Errorf("get %s: %w", ref, err)
 	}
-	force := a.opts.Force
+	force, before := a.opts.Force, live
 	if r, ok := helmRelease(live); ok {
 		a.res.Adopted = append(a.res.Adopted, ref)
 		a.releases[r.Namespace+"/"+r.Name] = r
@@ -245,7 +245,7 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) err
 	}
 	change := changeOf(live, out)
 	a.opts.logf("%s %s", ref, change)
-	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out})
+	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out, Live: before})
 	return nil
 }
 
