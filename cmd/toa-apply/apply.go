@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -62,7 +61,7 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	if err != nil {
 		return c.exitError(err)
 	}
-	out := os.Stdout
+	out := c.stdout()
 
 	if c.Delete {
 		res, err := rollout.Delete(deadline, cfg, objects, opts)
@@ -208,17 +207,14 @@ func explanation(pods []rollout.PodReport) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// report prints what was applied, pruned, adopted or deleted, as kubectl does, or the result as
-// JSON with -o json.
+// report prints what was applied, pruned, adopted or deleted, as kubectl does; nothing with
+// -o json, which prints one document when the run ends.
 func (c *applyCommand) report(w io.Writer, res *rollout.Result) {
 	if res == nil {
 		return
 	}
 	if c.Output == cli.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-		return
+		return // one document at the end: printJSON
 	}
 	suffix := ""
 	if res.DryRun {

@@ -41,7 +41,15 @@ type applyCommand struct {
 	Output         cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 
-	credentials string // where the kubeconfig's credentials come from, for a 401 or 403
+	credentials string    // where the kubeconfig's credentials come from, for a 401 or 403
+	out         io.Writer // results; os.Stdout when nil
+}
+
+func (c *applyCommand) stdout() io.Writer {
+	if c.out == nil {
+		return os.Stdout
+	}
+	return c.out
 }
 
 func main() {
@@ -62,11 +70,11 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	}
 	switch {
 	case c.Render:
-		return c.render(os.Stdout)
+		return c.render(c.stdout())
 	case c.History:
-		return c.history(ctx, os.Stdout)
+		return c.history(ctx, c.stdout())
 	case c.Diff:
-		return c.diff(ctx, os.Stdout)
+		return c.diff(ctx, c.stdout())
 	}
 	return c.apply(ctx, log)
 }

@@ -148,7 +148,7 @@ func (c *applyCommand) rollbackAfter(ctx context.Context, log *logrus.Logger, cf
 	if err == nil {
 		var res *rollout.Result
 		if res, err = rollout.Apply(ctx, cfg, objects, opts); err == nil {
-			c.report(os.Stdout, res)
+			c.report(c.stdout(), res)
 			err = c.wait(ctx, cfg, res)
 		}
 	}
@@ -203,7 +203,8 @@ func (c *applyCommand) history(ctx context.Context, w io.Writer) error {
 // more an error (a failure is 2, a timeout 3).
 func (c *applyCommand) diff(ctx context.Context, w io.Writer) error {
 	err := c.diffs(ctx, w)
-	if err != nil && cli.ExitCode(err) == cli.ExitFailed {
+	var coded *cli.Coded
+	if err != nil && !errors.As(err, &coded) && cli.ExitCode(err) == cli.ExitFailed {
 		return &cli.Coded{Code: cli.ExitBadInput, Err: err}
 	}
 	return err
