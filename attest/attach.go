@@ -83,7 +83,7 @@ func (a *attaching) run(ctx context.Context) error {
 				return fmt.Errorf("the SBOM for %s: %w", p.Platform, err)
 			}
 			mt := a.o.Format.MediaType()
-			d, err := a.refer(ctx, sbom, mt, desc, nil)
+			d, err := a.refer(ctx, sbom, mt, a.o.Format.File(), desc, nil)
 			if err != nil {
 				return err
 			}
@@ -94,7 +94,7 @@ func (a *attaching) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d, err := a.refer(ctx, doc, MediaTypeInToto, indexDesc, map[string]string{AnnotationPredicateType: PredicateSLSAProvenance})
+		d, err := a.refer(ctx, doc, MediaTypeInToto, ProvenanceFile, indexDesc, map[string]string{AnnotationPredicateType: PredicateSLSAProvenance})
 		if err != nil {
 			return err
 		}
@@ -117,12 +117,12 @@ func (a *attaching) run(ctx context.Context) error {
 }
 
 // refer writes doc as a referrer of subject, and returns its manifest's digest.
-func (a *attaching) refer(ctx context.Context, doc []byte, mediaType string, subject v1.Descriptor, annotations map[string]string) (string, error) {
+func (a *attaching) refer(ctx context.Context, doc []byte, mediaType, title string, subject v1.Descriptor, annotations map[string]string) (string, error) {
 	ann := map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
 	for k, v := range annotations {
 		ann[k] = v
 	}
-	art, err := Artifact(doc, mediaType, mediaType, subject, ann)
+	art, err := Artifact(doc, mediaType, mediaType, title, subject, ann)
 	if err != nil {
 		return "", err
 	}

@@ -149,7 +149,7 @@ func TestSignatureTag(t *testing.T) {
 func TestArtifact(t *testing.T) {
 	subject := v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: 42, Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)},
 		Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}
-	art, err := Artifact([]byte(`{"spdxVersion":"SPDX-2.3"}`), MediaTypeSPDX, MediaTypeSPDX, subject, map[string]string{AnnotationCreated: "1970-01-01T00:00:00Z"})
+	art, err := Artifact([]byte(`{"spdxVersion":"SPDX-2.3"}`), MediaTypeSPDX, MediaTypeSPDX, "sbom.spdx.json", subject, map[string]string{AnnotationCreated: "1970-01-01T00:00:00Z"})
 	if err != nil {
 		t.Fatal(err)
 	}
