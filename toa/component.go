@@ -252,12 +252,15 @@ func (c *Component) readVersion(m field) error {
 	return nil
 }
 
+// readPackage finds the component's package files, and checks now, before anything is built,
+// that those npm reads later (the lockfiles, .npmrc) are files toa-deploy would read.
 func (c *Component) readPackage() error {
 	for _, f := range []struct {
 		name  string
 		limit int64
 		into  *string
-	}{{"package.json", MaxPackageSize, &c.PackageJSON}, {"package-lock.json", MaxLockSize, &c.PackageLock}} {
+	}{{"package.json", MaxPackageSize, &c.PackageJSON}, {"package-lock.json", MaxLockSize, &c.PackageLock},
+		{"npm-shrinkwrap.json", MaxLockSize, nil}, {".npmrc", MaxPackageSize, nil}} {
 		p := filepath.Join(c.Path, f.name)
 		err := CheckFile(p, f.limit)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -266,7 +269,9 @@ func (c *Component) readPackage() error {
 		if err != nil {
 			return err
 		}
-		*f.into = p
+		if f.into != nil {
+			*f.into = p
+		}
 	}
 	t, err := moduleType(c.Path)
 	if err != nil {

@@ -91,6 +91,10 @@ func Load(path, env string) (*Application, error) {
 		return nil, &fault.Input{Message: fmt.Sprintf("there is no %s in %s", ContextFile, folderName(path, root)),
 			Hint: "run in the folder of a Toa context, or point --path at it", Err: ErrNoContext}
 	}
+	// read when the dependencies are installed, and checked now, before anything is built
+	if err := CheckFile(filepath.Join(root, ".npmrc"), MaxPackageSize); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	convolve(node, chain)
 	app := &Application{Root: root, File: file}
 	if len(chain) > 0 {
