@@ -440,7 +440,7 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 		return nil, err
 	}
 	c := &Composition{Name: name, Declared: true}
-	if c.Image, err = f.optStr("image"); err != nil {
+	if c.Image, err = f.optImage("image"); err != nil {
 		return nil, err
 	}
 	members, ok := f.child("components")
