@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -192,4 +193,33 @@ func digestOf(t *testing.T, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return d.String()
+}
+
+func TestLoadKey(t *testing.T) {
+	k := newKey(t, elliptic.P256())
+	file := t.TempDir() + "/key.pem"
+	if err := os.WriteFile(file, sec1PEM(t, k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CI_KEY": string(pkcs8PEM(t, k))}
+	getenv := func(k string) string { return env[k] }
+	for _, spec := range []string{file, "env://CI_KEY"} {
+		s, err := LoadKey(spec, getenv)
+		if err != nil || !s.key.Equal(k) {
+			t.Errorf("LoadKey(%q): %v, %v", spec, s, err)
+		}
+	}
+	if s, err := LoadKey("", getenv); s != nil || err != nil {
+		t.Errorf("no key given gave %v, %v", s, err)
+	}
+	env[KeyEnv] = string(sec1PEM(t, k))
+	if s, err := LoadKey("", getenv); err != nil || !s.key.Equal(k) {
+		t.Errorf("%s: %v, %v", KeyEnv, s, err)
+	}
+	for _, spec := range []string{t.TempDir() + "/missing.pem", "env://UNSET"} {
+		var in *fault.Input
+		if _, err := LoadKey(spec, getenv); !errors.As(err, &in) {
+			t.Errorf("LoadKey(%q): %v, want bad input", spec, err)
+		}
+	}
 }
