@@ -486,6 +486,9 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 			t.Errorf("the layout's SBOM of %s: %+v", m.Digest, manifest)
 		}
 		doc := pullDocument(t, oras, dir+"@"+sbom.Digest, "sbom.cdx.json", "--oci-layout")
+		if err := attest.ValidateCycloneDX(t, doc); err != nil {
+			t.Errorf("the CycloneDX SBOM of %s does not validate against CycloneDX 1.6's schema: %v", m.Digest, err)
+		}
 		if !bytes.Contains(doc, []byte(`"specVersion": "1.6"`)) || !bytes.Contains(doc, []byte(`"purl": "pkg:npm/ms@2.1.3"`)) {
 			t.Errorf("the CycloneDX SBOM of %s lacks ms:\n%s", m.Digest, doc)
 		}
