@@ -28,6 +28,9 @@ import (
 // real API server: a server-side apply with dryRun=All, which runs validation and admission and
 // stores nothing. The namespaced ones go to a namespace of the test's own.
 func TestServerSideDryRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
 	if os.Getenv("TOA_TEST_NO_CLUSTER") == "1" {
 		t.Skip("TOA_TEST_NO_CLUSTER=1: no control plane")
 	}
@@ -47,10 +50,7 @@ func TestServerSideDryRun(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	namespace := testNamespace(t, cfg)
 
-	dirs := []string{filepath.Join("testdata", "overlay")}
-	for _, tc := range goldenCases {
-		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env, tc.mono)))
-	}
+	dirs := writtenDirs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, dir := range dirs {

@@ -1,3 +1,7 @@
+// Package kustomize renders a kustomization, toa-push's or a user's overlay of it, in memory with
+// kustomize's own API, and says in which order objects are applied (ApplyOrder, Stage, Sort). It
+// is toa-apply's side: what writes the kustomization is toa-push's, in the manifest package, and
+// this package imports nothing of the push side.
 package kustomize
 
 import (
@@ -83,10 +87,8 @@ var ApplyOrder = [][]string{
 
 // Stage is the index in ApplyOrder of a kind's stage, len(ApplyOrder) for kinds not listed.
 func Stage(kind string) int {
-	for i, kinds := range ApplyOrder {
-		if slices.Contains(kinds, kind) {
-			return i
-		}
+	if i := slices.IndexFunc(ApplyOrder, func(kinds []string) bool { return slices.Contains(kinds, kind) }); i >= 0 {
+		return i
 	}
 	return len(ApplyOrder)
 }
