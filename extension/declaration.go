@@ -98,9 +98,9 @@ func (s *Service) FullName() string { return s.Group + "-" + s.Name }
 
 func readDeclaration(data []byte) (*Declaration, error) {
 	var raw struct {
-		Services  []json.RawMessage    `json:"services"`
-		Variables [][2]json.RawMessage `json:"variables"`
-		Mounts    [][2]json.RawMessage `json:"mounts"`
+		Services   []json.RawMessage    `json:"services"`
+		Variables  [][2]json.RawMessage `json:"variables"`
+		Mounts     [][2]json.RawMessage `json:"mounts"`
 		Probe      json.RawMessage      `json:"probe"`
 		Events     []string             `json:"events"`
 		References []Chart              `json:"references"`

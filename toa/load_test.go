@@ -181,7 +181,7 @@ func TestRuntimeVersion(t *testing.T) {
 // toaExamples is the folder of Toa's own examples (a copy of toa-io/toa's contexts, manifests and
 // feature files), read when it is beside the checkout, at ../shared/toa-examples, or where
 // $TOA_EXAMPLES says. A clone alone has none: the tests that read them skip, and the project's own
-// testdata (testdata/apps/dummies, examples, collection) covers the same features.
+// testdata applications cover the same features.
 func toaExamples(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("TOA_EXAMPLES")
