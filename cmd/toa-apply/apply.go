@@ -158,13 +158,28 @@ func (c *applyCommand) exitError(err error) error {
 	case errors.As(err, &noAnswer):
 		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):
-		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)", err, c.Timeout))
+		var pods []rollout.PodReport
+		for _, s := range awaiting.Deployments {
+			pods = append(pods, s.Pods...)
+		}
+		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)%s", err, c.Timeout, explanation(pods)))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.TimedOut(fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err))
 	case errors.As(err, &failure):
-		return fmt.Errorf("rollout failed: %w", err)
+		return fmt.Errorf("rollout failed: %w%s", err, explanation(failure.Pods))
 	}
 	return err
+}
+
+// explanation is the text of pod reports under an error, "" for none.
+func explanation(pods []rollout.PodReport) string {
+	if len(pods) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte('\n')
+	rollout.WritePods(&b, pods, time.Now())
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // report prints what was applied, pruned, adopted or deleted, as kubectl does, or the result as
