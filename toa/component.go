@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -192,7 +192,7 @@ func (c *Component) readBuild(m field) error {
 		return err
 	}
 	var err error
-	if c.Build.Image, err = b.optStr("image"); err != nil {
+	if c.Build.Image, err = b.optImage("image"); err != nil {
 		return err
 	}
 	c.Build.Run, err = b.optStr("run")
@@ -241,9 +241,9 @@ func (c *Component) readExtensions(m field) error {
 		if err != nil {
 			return err
 		}
-		raw, err := orderedJSON(s.f.node)
+		raw, err := orderedJSON(s.f)
 		if err != nil {
-			return s.f.fail("", "cannot be read: %v", err)
+			return err
 		}
 		c.Extensions = append(c.Extensions, Annotation{Package: s.pkg, Value: v, Raw: raw})
 	}
@@ -276,16 +276,25 @@ func (c *Component) readVersion(m field) error {
 	return nil
 }
 
+// readPackage finds the component's package files, and checks now, before anything is built,
+// that those npm reads later (the lockfiles, .npmrc) are files toa-deploy would read.
 func (c *Component) readPackage() error {
 	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
+		name  string
+		limit int64
+		into  *string
+	}{{"package.json", MaxPackageSize, &c.PackageJSON}, {"package-lock.json", MaxLockSize, &c.PackageLock},
+		{"npm-shrinkwrap.json", MaxLockSize, nil}, {".npmrc", MaxPackageSize, nil}} {
 		p := filepath.Join(c.Path, f.name)
-		if _, err := os.Stat(p); err == nil {
+		err := CheckFile(p, f.limit)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if f.into != nil {
 			*f.into = p
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("read %s: %w", p, err)
 		}
 	}
 	t, err := moduleType(c.Path)
@@ -300,19 +309,15 @@ func (c *Component) readPackage() error {
 // .js files are ES modules. The file system's root itself is not looked at, as in Toa.
 func moduleType(dir string) (string, error) {
 	for current := dir; filepath.Dir(current) != current; current = filepath.Dir(current) {
-		p := filepath.Join(current, "package.json")
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
+		var pkg struct {
+			Type any `json:"type"`
+		}
+		_, err := ReadJSON(filepath.Join(current, "package.json"), MaxPackageSize, &pkg)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
-		}
-		var pkg struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(data, &pkg); err != nil {
-			return "", &fault.Input{File: p, Message: "is not valid JSON: " + err.Error()}
+			return "", err
 		}
 		if pkg.Type == "module" {
 			return "module", nil

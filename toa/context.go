@@ -135,9 +135,9 @@ func (app *Application) readAnnotations(ctx field) error {
 		}
 		prev, seen := byPackage[pkg]
 		if !seen {
-			raw, err := orderedJSON(f.node)
+			raw, err := orderedJSON(f)
 			if err != nil {
-				return f.fail("", "cannot be read: %v", err)
+				return err
 			}
 			byPackage[pkg] = source{v, raw, where}
 			app.Annotations = append(app.Annotations, Annotation{Package: pkg})
@@ -447,7 +447,7 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 		return nil, err
 	}
 	c := &Composition{Name: name, Declared: true}
-	if c.Image, err = f.optStr("image"); err != nil {
+	if c.Image, err = f.optImage("image"); err != nil {
 		return nil, err
 	}
 	members, ok := f.child("components")

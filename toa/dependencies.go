@@ -69,8 +69,8 @@ func (c *Component) readConnectors(m field) error {
 		return err
 	}
 	c.Values, _ = v.(map[string]any)
-	if c.Raw, err = orderedJSON(m.node); err != nil {
-		return m.fail("", "cannot be read: %v", err)
+	if c.Raw, err = orderedJSON(m); err != nil {
+		return err
 	}
 	if err := c.readStorage(m); err != nil {
 		return err

@@ -3,20 +3,22 @@ package toa
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// orderedJSON writes a YAML value as JSON with every mapping's keys in the order the file gives
-// them (after `@env` overrides, which keep a key where the untagged one was), as JavaScript
+// orderedJSON writes a value of the file as JSON with every mapping's keys in the order the file
+// gives them (after `@env` overrides, which keep a key where the untagged one was), as JavaScript
 // keeps an object's keys. The extension packages see the values Toa hands them in that order, and
 // it shows: the routes of a realtime section, the selectors of an origins section, the text of a
-// value they write as JSON. Scalars are typed as field.value types them.
-func orderedJSON(n *yaml.Node) (json.RawMessage, error) {
-	var buf bytes.Buffer
-	if err := writeOrdered(&buf, n); err != nil {
+// value they write as JSON. Keys and scalars are read as field.value reads them, with its errors.
+func orderedJSON(f field) (json.RawMessage, error) {
+	if _, err := f.value(); err != nil {
 		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := writeOrdered(&buf, f.node); err != nil {
+		return nil, f.fail("", "cannot be read: %v", err)
 	}
 	return buf.Bytes(), nil
 }
@@ -37,11 +39,11 @@ func writeOrdered(buf *bytes.Buffer, n *yaml.Node) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			var key any
-			if err := n.Content[i].Decode(&key); err != nil {
+			key, err := keyText(n.Content[i])
+			if err != nil {
 				return err
 			}
-			k, _ := json.Marshal(fmt.Sprint(key))
+			k, _ := json.Marshal(key)
 			buf.Write(k)
 			buf.WriteByte(':')
 			if err := writeOrdered(buf, n.Content[i+1]); err != nil {
@@ -65,9 +67,9 @@ func writeOrdered(buf *bytes.Buffer, n *yaml.Node) error {
 		if err := n.Decode(&v); err != nil {
 			return err
 		}
-		data, err := json.Marshal(normalizeValue(v))
+		data, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("line %d: %w", n.Line, err)
+			return err
 		}
 		buf.Write(data)
 	}
