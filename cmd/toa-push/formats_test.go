@@ -133,16 +133,27 @@ func TestBaseFormats(t *testing.T) {
 		}
 		onBase(t, dir, "registry.invalid/bases/node:"+string(harness.DockerList), harness.DockerList.Platforms())
 		viaMirror := pushed(t, dir, cache, "--mirror", "registry.invalid="+addr+"/mirror")
-		for _, img := range viaMirror.out.Images {
-			r := viaMirror.reads[img.Name]
-			if r.Annotations[image.AnnotationBaseName] != "registry.invalid/bases/node:docker-list" || r.Annotations[image.AnnotationBaseMirror] != mirrored {
-				t.Errorf("%s: the index does not say where its base was read: %v", img.Name, r.Annotations)
-			}
-			for _, p := range img.Platforms {
-				if a := r.Image(t, p).Annotations; a[image.AnnotationBaseDigest] == "" {
-					t.Errorf("%s for %s: no base digest in %v", img.Name, p, a)
+		// and again after a change of code, over the dependencies images of the first push
+		appendLine(t, filepath.Join(dir, "components/shop.orders/operations.js"), "// a one-line change\n")
+		changed := pushed(t, dir, cache, "--mirror", "registry.invalid="+addr+"/mirror")
+		for _, run := range []pushRun{viaMirror, changed} {
+			for _, img := range run.out.Images {
+				if !img.Built {
+					continue
+				}
+				r := run.reads[img.Name]
+				if r.Annotations[image.AnnotationBaseName] != "registry.invalid/bases/node:docker-list" || r.Annotations[image.AnnotationBaseMirror] != mirrored {
+					t.Errorf("%s: the index does not say where its base was read: %v", img.Name, r.Annotations)
+				}
+				for _, p := range img.Platforms {
+					if a := r.Image(t, p).Annotations; a[image.AnnotationBaseDigest] == "" || a[image.AnnotationBaseMirror] != mirrored {
+						t.Errorf("%s for %s: the manifest does not say where its base was read: %v", img.Name, p, a)
+					}
 				}
 			}
+		}
+		if !changed.out.Images[0].Built || changed.out.Images[0].DepsBuilt {
+			t.Errorf("a change of code: %+v", changed.out.Images[0])
 		}
 
 		// extension services, built as compositions are, on the same base

@@ -353,7 +353,11 @@ func Podman(t testing.TB, ref string, args ...string) (stdout, stderr string, co
 	t.Helper()
 	podman := lookReader(t, "podman")
 	lookReader(t, "runc")
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "podman-") // podman wants a runroot of 50 characters at most
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	argv := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"),
 		"--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file",
 		"run", "--rm", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
@@ -363,7 +367,7 @@ func Podman(t testing.TB, ref string, args ...string) (stdout, stderr string, co
 	cmd := exec.CommandContext(ctx, podman, append(argv, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
