@@ -46,6 +46,7 @@ type member struct {
 	ref     Ref
 	mapping *meta.RESTMapping
 	uid     types.UID
+	obj     *unstructured.Unstructured
 }
 
 // listMembers lists the objects of the kinds, in the namespaces, that carry the set's part-of
@@ -78,7 +79,7 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 					continue
 				}
 				seen[ref.key()] = true
-				out = append(out, member{ref: ref, mapping: m, uid: obj.GetUID()})
+				out = append(out, member{ref: ref, mapping: m, uid: obj.GetUID(), obj: obj})
 			}
 		}
 	}
@@ -121,6 +122,7 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 		}
 		a.opts.logf("%s pruned", m.ref)
 		a.res.Pruned = append(a.res.Pruned, m.ref)
+		a.res.pruned = append(a.res.pruned, m.obj)
 	}
 	return nil
 }
@@ -130,11 +132,18 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 // returns once they are gone, their pods included. Objects without the set's label are left
 // alone, even if the objects name them.
 func Delete(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
-	set, err := setOf(objects, opts.Namespace)
-	if err != nil {
+	if _, err := setOf(objects, opts.Namespace); err != nil {
 		return nil, err
 	}
 	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return deleteWith(ctx, c, objects, opts)
+}
+
+func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	set, err := setOf(objects, opts.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +176,9 @@ func Delete(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstr
 		return res, nil
 	}
 	if err := waitGone(ctx, c, set, all, opts.logf); err != nil {
+		return res, err
+	}
+	if err := deleteRevisions(ctx, c, set); err != nil {
 		return res, err
 	}
 	if p.exists {

@@ -175,10 +175,19 @@ func TestApplyExitCodes(t *testing.T) {
 	if cli.ExitCode(err) != cli.ExitFailed || !strings.Contains(fmt.Sprint(err), "CrashLoopBackOff") {
 		t.Errorf("a crash-looping rollout: exit %d, %v; want %d and CrashLoopBackOff", cli.ExitCode(err), err, cli.ExitFailed)
 	}
+	// explained: the pod's containers' last state and its Events
+	for _, part := range []string{"last state: terminated, exit code 1 (Error)", "events (last seen", "Scheduled"} {
+		if !strings.Contains(fmt.Sprint(err), part) {
+			t.Errorf("the failure does not say %q", part)
+		}
+	}
 	err = run(kustomization(t, "v3", ""), func(c *applyCommand) { c.Timeout = 2 * time.Second })
 	t.Logf("timeout: exit %d: %v", cli.ExitCode(err), err)
 	if cli.ExitCode(err) != cli.ExitTimeout || !strings.Contains(fmt.Sprint(err), "composition-carts") {
 		t.Errorf("a timeout: exit %d, %v; want %d naming the Deployment", cli.ExitCode(err), err, cli.ExitTimeout)
+	}
+	if !strings.Contains(fmt.Sprint(err), "  pod composition-carts-") {
+		t.Errorf("the timeout does not show the awaited pods: %v", err)
 	}
 	if err := run(kustomization(t, "v3", ""), func(c *applyCommand) { c.Delete = true }); err != nil {
 		t.Errorf("toa-apply --delete: %v", err)
