@@ -88,14 +88,17 @@ type pushed struct {
 
 // pushApp builds the test application's images for the registry at addr, on the test base in
 // the same registry, into dest (that registry when nil) with the attacher.
-func pushApp(t *testing.T, addr string, dest image.Destination, attach image.Attacher) *pushed {
-	return pushAppFrom(t, addr, addr, dest, attach)
+func pushApp(t *testing.T, addr string, dest image.Destination, attach image.Attacher, edits ...func(dir string)) *pushed {
+	return pushAppFrom(t, addr, addr, dest, attach, edits...)
 }
 
-func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, attach image.Attacher) *pushed {
+func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, attach image.Attacher, edits ...func(dir string)) *pushed {
 	t.Helper()
 	ctx := t.Context()
 	dir := copyApp(t, addr, baseAddr)
+	for _, edit := range edits {
+		edit(dir)
+	}
 	app, err := toa.Load(dir, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -361,6 +364,9 @@ func TestAttachedToARegistry(t *testing.T) {
 	t.Run("cosign verify passes on the image and what is attached", func(t *testing.T) {
 		verify := []string{"verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", "--output", "json"}
 		run(t, cosign, append(verify, ref)...)
+		for _, m := range im.Manifests {
+			run(t, cosign, append(verify, img.Repository+"@"+m.Digest.String())...)
+		}
 		for _, a := range img.Attachments {
 			if a.Kind != "signature" {
 				run(t, cosign, append(verify, img.Repository+"@"+a.Digest)...)
@@ -398,8 +404,10 @@ func TestAttachedToARegistry(t *testing.T) {
 	})
 }
 
-// A push that changes nothing adds nothing: no manifest, no referrer, no signature.
-func TestNoChangeAddsNothing(t *testing.T) {
+// A push that changes nothing adds nothing: no manifest, no referrer, no signature. A change of
+// code builds the image over the dependencies image the registry has, and its SBOM still lists
+// what npm installed, read from the registry's layers.
+func TestNoChangeAddsNothingAChangeAttachesAgain(t *testing.T) {
 	addr, log := harness.RegistryWithLog(t)
 	harness.PushTestBase(t, addr)
 	signer, _ := signingKey(t)
@@ -416,6 +424,33 @@ func TestNoChangeAddsNothing(t *testing.T) {
 	}
 	if a := again.result.Images[0].Attachments; len(a) != 0 || again.result.Images[0].Built {
 		t.Errorf("a push with no change attached %+v", a)
+	}
+
+	changed := pushApp(t, addr, nil, attacher(attest.SPDX, signer), func(dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "components", "sbom.orders", "place.js"), []byte("module.exports = () => 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	img := changed.result.Images[0]
+	if !img.Built || img.DepsBuilt {
+		t.Fatalf("built %v, dependencies built %v: want the sources over the registry's dependencies image", img.Built, img.DepsBuilt)
+	}
+	locked := lockfileVersions(t)
+	for _, a := range img.Attachments {
+		if a.Kind != "sbom" {
+			continue
+		}
+		sbom, err := remote.Image(mustRef(t, img.Repository+"@"+a.Digest), remote.WithContext(t.Context()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, err := attest.Document(sbom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pkgs := spdxPackages(t, doc); pkgs["ms"] != locked["ms"] || pkgs["debug"] != locked["debug"] {
+			t.Errorf("%s: the SBOM over the registry's dependencies lists ms %q, debug %q", a.Platform, pkgs["ms"], pkgs["debug"])
+		}
 	}
 }
 
@@ -454,6 +489,9 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 			t.Errorf("the layout's SBOM of %s: %+v", m.Digest, manifest)
 		}
 		doc := pullDocument(t, oras, dir+"@"+sbom.Digest, "sbom.cdx.json", "--oci-layout")
+		if err := attest.ValidateCycloneDX(t, doc); err != nil {
+			t.Errorf("the CycloneDX SBOM of %s does not validate against CycloneDX 1.6's schema: %v", m.Digest, err)
+		}
 		if !bytes.Contains(doc, []byte(`"specVersion": "1.6"`)) || !bytes.Contains(doc, []byte(`"purl": "pkg:npm/ms@2.1.3"`)) {
 			t.Errorf("the CycloneDX SBOM of %s lacks ms:\n%s", m.Digest, doc)
 		}
