@@ -173,27 +173,29 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 		t.Fatal(err)
 	}
 	deps := Merge(res)
-	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono})
+	var services []image.Service
+	for _, s := range ServiceImages(a, deps, mono) {
+		services = append(services, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+	}
+	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono, Services: services})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := plan.AddServices(a, ServiceImages(a, deps, mono), image.PlanOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var images []types.Image
+	var pins []types.Image
+	containers := Images{}
 	for i, img := range plan.Images {
-		img.Tag = fakeTag(img.Name)
-		entry := types.Image{Name: img.Repository, NewTag: img.Tag}
+		pin := types.Image{Name: img.Repository, NewTag: fakeTag(img.Name)}
 		if i == 0 {
-			entry.Digest = fakeDigest(img.Name)
+			pin.Digest = fakeDigest(img.Name)
 		}
-		images = append(images, entry)
+		pins = append(pins, pin)
+		containers[img.Name] = img.Repository + ":" + pin.NewTag
 	}
-	objects, err := Objects(a, plan, WithDependencies(deps))
+	objects, err := Objects(a, containers, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := Kustomization(objects, images, a.Name)
+	files, err := Kustomization(objects, pins, a.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
