@@ -70,7 +70,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	}
 	var pkg manifest
 	if err := json.Unmarshal(pkgData, &pkg); err != nil {
-		return nil, &fault.Input{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error()}
+		return nil, &fault.Input{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error(), Err: err}
 	}
 	if len(pkg.Dependencies) == 0 && len(pkg.OptionalDependencies) == 0 {
 		return nil, nil

@@ -79,7 +79,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	for _, w := range v.Compositions {
 		d, err := v.composition(w, "composition-"+w.Name)
 		if err != nil {
-			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
 		out = append(out, d)
 	}
@@ -96,7 +96,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	if w := v.Mono; w != nil {
 		d, err := v.composition(w, MonoWorkload)
 		if err != nil {
-			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
 		out = append(out, d)
 		if len(w.Backends) > 0 {

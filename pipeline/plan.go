@@ -204,7 +204,7 @@ func checkOutputs(o *options) error {
 		return nil // made by OpenLayout, which says why it cannot be
 	}
 	if _, err := image.ReadLayout(o.ociLayout); err != nil {
-		return &fault.Input{File: o.ociLayout, Message: "is neither empty nor an OCI image layout: " + err.Error(),
+		return &fault.Input{File: o.ociLayout, Message: "is neither empty nor an OCI image layout: " + err.Error(), Err: err,
 			Hint: "give --oci-layout a folder of its own, or an OCI layout toa-push wrote"}
 	}
 	return nil
