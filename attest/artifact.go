@@ -15,10 +15,14 @@ import (
 // for an Empty Descriptor").
 var emptyConfig = []byte("{}")
 
+// AnnotationTitle names a layer's file, which `oras pull` writes it to.
+const AnnotationTitle = "org.opencontainers.image.title"
+
 // Artifact is an OCI artifact manifest that refers to subject: the document as its one layer of
-// mediaType, artifactType naming what it is, the empty config. It is an OCI image manifest (not
-// the withdrawn artifact manifest), so registries without OCI 1.1 store it as any image.
-func Artifact(doc []byte, mediaType, artifactType string, subject v1.Descriptor, annotations map[string]string) (v1.Image, error) {
+// mediaType, titled as the file `oras pull` writes, artifactType naming what it is, the empty
+// config. It is an OCI image manifest (not the withdrawn artifact manifest), so registries
+// without OCI 1.1 store it as any image.
+func Artifact(doc []byte, mediaType, artifactType, title string, subject v1.Descriptor, annotations map[string]string) (v1.Image, error) {
 	docDigest, docSize, err := v1.SHA256(bytes.NewReader(doc))
 	if err != nil {
 		return nil, err
@@ -34,9 +38,10 @@ func Artifact(doc []byte, mediaType, artifactType string, subject v1.Descriptor,
 		MediaType:     types.OCIManifestSchema1,
 		ArtifactType:  artifactType,
 		Config:        v1.Descriptor{MediaType: MediaTypeEmpty, Size: cfgSize, Digest: cfgDigest, Data: emptyConfig},
-		Layers:        []v1.Descriptor{{MediaType: types.MediaType(mediaType), Size: docSize, Digest: docDigest}},
-		Subject:       &subject,
-		Annotations:   annotations,
+		Layers: []v1.Descriptor{{MediaType: types.MediaType(mediaType), Size: docSize, Digest: docDigest,
+			Annotations: map[string]string{AnnotationTitle: title}}},
+		Subject:     &subject,
+		Annotations: annotations,
 	}
 	raw, err := json.Marshal(m)
 	if err != nil {

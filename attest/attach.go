@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -55,6 +56,7 @@ type attaching struct {
 	built    *image.Built
 	attached []image.Attachment
 	sent     image.Sent
+	read     map[v1.Hash]*Install // what InstalledIn found in a layer, by its digest
 }
 
 func (a *attaching) run(ctx context.Context) error {
@@ -83,7 +85,7 @@ func (a *attaching) run(ctx context.Context) error {
 				return fmt.Errorf("the SBOM for %s: %w", p.Platform, err)
 			}
 			mt := a.o.Format.MediaType()
-			d, err := a.refer(ctx, sbom, mt, desc, nil)
+			d, err := a.refer(ctx, sbom, mt, a.o.Format.File(), desc, nil)
 			if err != nil {
 				return err
 			}
@@ -94,7 +96,7 @@ func (a *attaching) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d, err := a.refer(ctx, doc, MediaTypeInToto, indexDesc, map[string]string{AnnotationPredicateType: PredicateSLSAProvenance})
+		d, err := a.refer(ctx, doc, MediaTypeInToto, ProvenanceFile, indexDesc, map[string]string{AnnotationPredicateType: PredicateSLSAProvenance})
 		if err != nil {
 			return err
 		}
@@ -117,12 +119,12 @@ func (a *attaching) run(ctx context.Context) error {
 }
 
 // refer writes doc as a referrer of subject, and returns its manifest's digest.
-func (a *attaching) refer(ctx context.Context, doc []byte, mediaType string, subject v1.Descriptor, annotations map[string]string) (string, error) {
+func (a *attaching) refer(ctx context.Context, doc []byte, mediaType, title string, subject v1.Descriptor, annotations map[string]string) (string, error) {
 	ann := map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
 	for k, v := range annotations {
 		ann[k] = v
 	}
-	art, err := Artifact(doc, mediaType, mediaType, subject, ann)
+	art, err := Artifact(doc, mediaType, mediaType, title, subject, ann)
 	if err != nil {
 		return "", err
 	}
@@ -185,7 +187,7 @@ func (a *attaching) add(s image.Sent) {
 func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest string) ([]byte, error) {
 	img := Image{Repository: a.built.Image.Repository, Tag: a.built.Image.Tag, Digest: digest, Platform: p.Platform,
 		Base: Base{Reference: a.built.BaseReference(), Digest: p.BaseDigest}}
-	installs, err := installsOf(ctx, p.Image)
+	installs, err := a.installsOf(ctx, p.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +231,9 @@ func components(img *image.Image) []*toa.Component {
 // (image.addendum).
 const historyPrefix = "toa-push: "
 
-// toaLayers are the layers toa-push laid over the base, with their history entries.
+// toaLayers are the layers toa-push laid over the base, with their history entries. They are
+// the image's last layers, and theirs are the last history entries that describe a layer; a
+// base's own history may miss entries, so the two are matched from the end.
 func toaLayers(img v1.Image) ([]v1.Layer, []string, error) {
 	cfg, err := img.ConfigFile()
 	if err != nil {
@@ -239,39 +243,50 @@ func toaLayers(img v1.Image) ([]v1.Layer, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var out []v1.Layer
-	var what []string
-	i := 0
-	for _, h := range cfg.History {
+	var what []string // toa-push's entries, last first
+	for i := len(cfg.History) - 1; i >= 0; i-- {
+		h := cfg.History[i]
 		if h.EmptyLayer {
 			continue
 		}
-		if i >= len(layers) {
+		w, ok := strings.CutPrefix(h.CreatedBy, historyPrefix)
+		if !ok {
 			break
 		}
-		if w, ok := strings.CutPrefix(h.CreatedBy, historyPrefix); ok {
-			out = append(out, layers[i])
-			what = append(what, w)
-		}
-		i++
+		what = append(what, w)
 	}
-	return out, what, nil
+	if len(what) > len(layers) {
+		return nil, nil, fmt.Errorf("the image's history names %d layers of toa-push, it has %d layers", len(what), len(layers))
+	}
+	slices.Reverse(what)
+	return layers[len(layers)-len(what):], what, nil
 }
 
-// installsOf reads what npm installed from every layer toa-push made of an image.
-func installsOf(ctx context.Context, img v1.Image) ([]*Install, error) {
+// installsOf reads what npm installed from every layer toa-push made of an image; a layer
+// that two platforms' images share (the sources) is read once.
+func (a *attaching) installsOf(ctx context.Context, img v1.Image) ([]*Install, error) {
 	layers, what, err := toaLayers(img)
 	if err != nil {
 		return nil, err
+	}
+	if a.read == nil {
+		a.read = map[v1.Hash]*Install{}
 	}
 	var out []*Install
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		in, err := InstalledIn(l)
+		d, err := l.Digest()
 		if err != nil {
-			return nil, fmt.Errorf("read what npm installed from the layer %q: %w", what[i], err)
+			return nil, err
+		}
+		in, ok := a.read[d]
+		if !ok {
+			if in, err = InstalledIn(l); err != nil {
+				return nil, fmt.Errorf("read what npm installed from the layer %q: %w", what[i], err)
+			}
+			a.read[d] = in
 		}
 		if in != nil {
 			out = append(out, in)

@@ -57,6 +57,17 @@ func (f Format) MediaType() string {
 	return MediaTypeSPDX
 }
 
+// File is the name the SBOM's file gets (`oras pull`).
+func (f Format) File() string {
+	if f == CycloneDX {
+		return "sbom.cdx.json"
+	}
+	return "sbom.spdx.json"
+}
+
+// ProvenanceFile is the name the provenance's file gets.
+const ProvenanceFile = "provenance.intoto.json"
+
 // Builder is the program that builds, as provenance and SBOMs name it.
 type Builder struct {
 	Name    string // "toa-push"

@@ -153,10 +153,46 @@ func TestSPDX(t *testing.T) {
 	}
 }
 
+// cycloneDXSchema is CycloneDX 1.6's schema with the two it refers to, each under its $id, so
+// that nothing is looked up on the network.
+func cycloneDXSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	for _, f := range []string{"bom-1.6.schema.json", "spdx.schema.json", "jsf-0.82.schema.json"} {
+		data, err := os.ReadFile("testdata/schema/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.AddResource("http://cyclonedx.org/schema/"+f, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.Compile("http://cyclonedx.org/schema/bom-1.6.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestCycloneDX(t *testing.T) {
 	doc, err := testImage(t).CycloneDX(testBuilder, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cycloneDXSchema(t).Validate(v); err != nil {
+		t.Fatalf("the BOM does not validate against CycloneDX 1.6's schema: %v", err)
+	}
+	broken, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.Replace(doc, []byte(`"type": "library"`), []byte(`"type": "npm"`), 1)))
+	if cycloneDXSchema(t).Validate(broken) == nil {
+		t.Error("a component of an unknown type validates")
 	}
 	var bom struct {
 		BOMFormat, SpecVersion, SerialNumber string

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -232,4 +233,38 @@ func VerifySignatures(sigs v1.Image, pub *ecdsa.PublicKey, digest string) error 
 		}
 	}
 	return fmt.Errorf("no signature of %s by the key", digest)
+}
+
+// KeyEnv holds a signing key's PEM (a CI secret) when --sign-key does not name one.
+const KeyEnv = "TOA_SIGN_KEY"
+
+// LoadKey reads the signing key that spec names: a file, or `env://NAME` for the PEM in the
+// environment variable NAME (cosign's spelling). With spec "" the key is KeyEnv's when it is
+// set, else there is none: nil, nil.
+func LoadKey(spec string, getenv func(string) string) (*Signer, error) {
+	if spec == "" {
+		if pemData := getenv(KeyEnv); pemData != "" {
+			return ParseKey([]byte(pemData), "$"+KeyEnv)
+		}
+		return nil, nil
+	}
+	if v, ok := strings.CutPrefix(spec, "env://"); ok {
+		pemData := getenv(v)
+		if pemData == "" {
+			return nil, &fault.Input{Key: "--sign-key", Message: fmt.Sprintf("names the environment variable %s, which is not set or empty", v),
+				Hint: "set it to the key's PEM, or give --sign-key a file"}
+		}
+		return ParseKey([]byte(pemData), "$"+v)
+	}
+	f, err := os.Open(spec)
+	if err != nil {
+		return nil, &fault.Input{File: spec, Key: "--sign-key", Message: "cannot be read: " + err.Error(),
+			Hint: "give --sign-key the file of an ECDSA P-256 private key in PEM"}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxKey+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the signing key %s: %w", spec, err)
+	}
+	return ParseKey(data, spec)
 }

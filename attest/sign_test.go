@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -149,7 +150,7 @@ func TestSignatureTag(t *testing.T) {
 func TestArtifact(t *testing.T) {
 	subject := v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: 42, Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)},
 		Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}
-	art, err := Artifact([]byte(`{"spdxVersion":"SPDX-2.3"}`), MediaTypeSPDX, MediaTypeSPDX, subject, map[string]string{AnnotationCreated: "1970-01-01T00:00:00Z"})
+	art, err := Artifact([]byte(`{"spdxVersion":"SPDX-2.3"}`), MediaTypeSPDX, MediaTypeSPDX, "sbom.spdx.json", subject, map[string]string{AnnotationCreated: "1970-01-01T00:00:00Z"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,4 +193,33 @@ func digestOf(t *testing.T, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return d.String()
+}
+
+func TestLoadKey(t *testing.T) {
+	k := newKey(t, elliptic.P256())
+	file := t.TempDir() + "/key.pem"
+	if err := os.WriteFile(file, sec1PEM(t, k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"CI_KEY": string(pkcs8PEM(t, k))}
+	getenv := func(k string) string { return env[k] }
+	for _, spec := range []string{file, "env://CI_KEY"} {
+		s, err := LoadKey(spec, getenv)
+		if err != nil || !s.key.Equal(k) {
+			t.Errorf("LoadKey(%q): %v, %v", spec, s, err)
+		}
+	}
+	if s, err := LoadKey("", getenv); s != nil || err != nil {
+		t.Errorf("no key given gave %v, %v", s, err)
+	}
+	env[KeyEnv] = string(sec1PEM(t, k))
+	if s, err := LoadKey("", getenv); err != nil || !s.key.Equal(k) {
+		t.Errorf("%s: %v, %v", KeyEnv, s, err)
+	}
+	for _, spec := range []string{t.TempDir() + "/missing.pem", "env://UNSET"} {
+		var in *fault.Input
+		if _, err := LoadKey(spec, getenv); !errors.As(err, &in) {
+			t.Errorf("LoadKey(%q): %v, want bad input", spec, err)
+		}
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies
@@ -394,7 +396,7 @@ func readOptional(path string) string {
 	if path == "" {
 		return ""
 	}
-	data, err := os.ReadFile(path)
+	data, err := toa.ReadFile(path, toa.MaxPackageSize) // a pipe or a device is left out, not waited on
 	if err != nil {
 		return ""
 	}

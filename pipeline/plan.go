@@ -81,9 +81,9 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 }
 
 // dependencies asks the extensions and connectors installed under the context's node_modules
-// what they deploy.
+// what they deploy, or takes an earlier run's answers from the cache.
 func dependencies(ctx context.Context, app *toa.Application, o *options) (*manifest.Dependencies, error) {
-	var opts []extension.Option
+	opts := []extension.Option{extension.WithCache(o.cacheDir)}
 	if o.extensionOut != nil {
 		opts = append(opts, extension.WithOutput(o.extensionOut))
 	}
@@ -94,6 +94,12 @@ func dependencies(ctx context.Context, app *toa.Application, o *options) (*manif
 	}
 	for _, d := range res.Dependencies {
 		o.log.Debugf("%s %s from %s", d.Reference, d.Version, d.Dir)
+	}
+	if res.Started == 0 {
+		o.log.Debug("the extensions' answers are the cache's: nothing they read has changed")
+	}
+	for _, w := range res.Warnings {
+		o.warn(w)
 	}
 	return manifest.Merge(res), nil
 }
