@@ -403,7 +403,8 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	cache := ""
 	if b.opts.CacheDir != "" {
 		cache = filepath.Join(b.opts.CacheDir, "libc", strings.ReplaceAll(digest, ":", "-"))
-		if data, err := os.ReadFile(cache); err == nil {
+		// a file that says neither (one an older toa-push wrote half) is looked again
+		if data, err := os.ReadFile(cache); err == nil && (string(data) == "glibc" || string(data) == "musl") {
 			b.libc[digest] = string(data)
 			return string(data), nil
 		}
@@ -413,8 +414,8 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 		return "", err
 	}
 	b.libc[digest] = libc
-	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
-		_ = os.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
+	if cache != "" {
+		_ = writeCacheFile(cache, []byte(libc)) // a cache: losing it costs a second look
 	}
 	return libc, nil
 }

@@ -41,6 +41,7 @@ type options struct {
 	layers         func(*Planned) image.Layers
 	jobs           int
 	now            func() time.Time
+	planning       bool // Plan: a base out of reach is planned from the cache
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.

@@ -30,6 +30,8 @@ type Planned struct {
 	toolchain layer.Toolchain
 	runner    *layer.Runner // nil when WithToolchain gave the versions
 	epoch     time.Time
+	bases     map[string]*image.Base
+	cacheDir  string
 }
 
 // resolveJobs is how many bases are resolved at once.
@@ -77,6 +79,7 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 		return nil, err
 	}
 	return &Planned{App: app, Plan: plan, Objects: objects, toolchain: tools, runner: runner, epoch: epoch,
+		bases: spec.Bases, cacheDir: o.cacheDir,
 		Warnings: append(slices.Clone(app.Warnings), plan.Warnings...)}, nil
 }
 
@@ -126,7 +129,9 @@ func serviceImages(services []*manifest.Service) []image.Service {
 }
 
 // resolveBases resolves every base of the plan once, a few at once, each within the resolve
-// timeout. A base that cannot be resolved keeps its error: the plan says so, and a push refuses.
+// timeout, and keeps each answer in the cache. A base that cannot be resolved keeps its error:
+// the plan says so, and a push refuses. A plan (Plan) takes instead what the base was last
+// resolved to, with a warning that says how old that is.
 func resolveBases(ctx context.Context, app *toa.Application, spec image.PlanOptions, o *options) (map[string]*image.Base, error) {
 	refs, err := image.Bases(app, spec)
 	if err != nil {
@@ -144,11 +149,48 @@ func resolveBases(ctx context.Context, app *toa.Application, spec image.PlanOpti
 		})
 	}
 	_ = g.Wait() // a base's error stays in its Base
+	cache := image.NewBaseCache(o.cacheDir)
 	out := make(map[string]*image.Base, len(refs))
 	for i, ref := range refs {
 		out[ref] = bases[i]
+		if b := bases[i]; b.Err == nil {
+			if err := cache.Store(b, o.now()); err != nil {
+				o.log.Debugf("keep %s in the cache: %v", b, err)
+			}
+			continue
+		}
+		if !o.planning {
+			continue
+		}
+		cached, when := cache.Load(ref)
+		if cached == nil {
+			continue
+		}
+		cached.Source, cached.Mirror = bases[i].Source, bases[i].Mirror
+		o.warn(fmt.Sprintf("%v; planned from its digests as they were %s ago (kept in %s): its tag may have moved since",
+			&image.RegistryError{What: bases[i].String(), Err: bases[i].Err}, age(o.now().Sub(when)), cache.Dir()))
+		out[ref] = cached
 	}
 	return out, nil
+}
+
+// age says how long ago, in the largest unit that fits.
+func age(d time.Duration) string {
+	unit := func(n int, name string) string {
+		if n == 1 {
+			return "1 " + name
+		}
+		return fmt.Sprintf("%d %ss", n, name)
+	}
+	switch {
+	case d < time.Minute:
+		return unit(int(d.Seconds()), "second")
+	case d < time.Hour:
+		return unit(int(d.Minutes()), "minute")
+	case d < 48*time.Hour:
+		return unit(int(d.Hours()), "hour")
+	}
+	return unit(int(d.Hours()/24), "day")
 }
 
 // pins are the kustomization's images entries: every image of the plan by the digest the
@@ -159,7 +201,13 @@ func pins(p *Planned, digests map[string]string) ([]types.Image, error) {
 	for _, img := range p.Plan.Images {
 		digest := digests[img.Repository]
 		if digest == "" && img.Tag == "" {
-			return nil, &NotWrittenError{Why: fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}
+			e := &NotWrittenError{Why: fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}
+			if b := p.bases[img.Base]; b != nil && b.Err != nil {
+				e.Why = fmt.Sprintf("the tag of %s is not known", img.Name)
+				e.Err = &image.RegistryError{What: b.String(), Err: b.Err, Need: "to plan the tag of " + img.Name}
+				e.Hint = fmt.Sprintf("a plan that reaches it keeps its digests in the cache (%s), and a later plan without it plans from them", image.NewBaseCache(p.cacheDir).Dir())
+			}
+			return nil, e
 		}
 		out = append(out, types.Image{Name: img.Repository, Digest: digest, NewTag: img.Tag})
 	}
@@ -180,16 +228,21 @@ func writeKustomization(p *Planned, dir string, digests map[string]string) error
 }
 
 // NotWrittenError says why the kustomization was not written: a tag is not known, because a base
-// could not be resolved.
+// could not be resolved. Its class is its cause's: a registry that refused is a failure, one
+// that did not answer in time a timeout.
 type NotWrittenError struct {
-	Why string
-	Err error // the cause: the base's registry error
+	Why  string
+	Err  error  // the cause: the base's registry error
+	Hint string // what to do
 }
 
 func (e *NotWrittenError) Error() string {
 	s := "the kustomization is not written: " + e.Why
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
+	}
+	if e.Hint != "" {
+		s += "\n  " + e.Hint
 	}
 	return s
 }

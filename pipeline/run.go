@@ -67,14 +67,16 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 
 // Plan plans every image of the application, asks the destination which it has, and writes the
 // kustomization with what is known: the digests of the images the destination has, the plan's
-// tags for the others. It builds and pushes nothing. The report comes back also with an error
-// when the plan was made and the kustomization was not written (*NotWrittenError), so that the
-// plan can be shown.
+// tags for the others. It builds and pushes nothing. A base whose registry is out of reach is
+// planned from what it was last resolved to (a warning says how long ago); one never resolved
+// leaves its images' tags unknown, and then the kustomization is not written: the report comes
+// back with a *NotWrittenError, so that the plan can still be shown.
 func Plan(ctx context.Context, path, env string, opts ...Option) (*PlanReport, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return nil, err
 	}
+	o.planning = true
 	if err := checkOutputs(o); err != nil {
 		return nil, err
 	}

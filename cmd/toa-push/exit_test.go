@@ -37,7 +37,7 @@ func TestExitCodes(t *testing.T) {
 		stderr   string
 		within   time.Duration
 	}{
-		{name: "done", registry: memoryRegistry(t), args: []string{"--plan"}, code: 0, stderr: "wrote the kustomization"},
+		{name: "done", registry: memoryRegistry(t).addr, args: []string{"--plan"}, code: 0, stderr: "wrote the kustomization"},
 		{name: "failed", registry: refuses, code: 1, stderr: "cannot connect to " + refuses, within: 30 * time.Second},
 		{name: "bad input", registry: refuses, env: []string{"SOURCE_DATE_EPOCH=yesterday"}, code: 2, stderr: "SOURCE_DATE_EPOCH: 'yesterday' is not a time"},
 		{name: "timed out", registry: hangs, args: []string{"--resolve-timeout", "1s"}, code: 3, stderr: "no answer in time", within: 30 * time.Second},
@@ -73,13 +73,59 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// memoryRegistry serves go-containerregistry's in-memory registry on loopback, for the life of
-// the test, and returns its host:port.
-func memoryRegistry(t *testing.T) string {
+// served is a registry served on loopback for the life of the test, or until it is closed.
+type served struct {
+	*httptest.Server
+	addr string // host:port
+}
+
+// memoryRegistry serves go-containerregistry's in-memory registry on loopback.
+func memoryRegistry(t *testing.T) served {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return served{srv, strings.TrimPrefix(srv.URL, "http://")}
+}
+
+// --plan with the base's registry stopped: a plan made when it was in reach left its digests in
+// the cache, and the next plan uses them with a warning that says how old they are (exit 0, the
+// kustomization written with the same tags); with an empty cache the plan is printed, nothing
+// is written, and the run fails (exit 1).
+func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
+	reg := memoryRegistry(t)
+	pushIndex(t, reg.addr+"/bases/node:test", "linux/amd64", "linux/arm64")
+	dir := copyApp(t, "pushed", reg.addr)
+	t.Setenv("TOA_CACHE", t.TempDir())
+	plan := func(k string) (int, string, string) {
+		return run(t, dir, "--plan", "--path", dir, "-k", k, "--resolve-timeout", "5s")
+	}
+	online := filepath.Join(t.TempDir(), "deployment")
+	if code, _, stderr := plan(online); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	reg.Close()
+
+	offline := filepath.Join(t.TempDir(), "deployment")
+	code, stdout, stderr := plan(offline)
+	if code != 0 || !strings.Contains(stderr, "cannot connect to "+reg.addr) || !strings.Contains(stderr, "planned from its digests as they were") ||
+		!strings.Contains(stdout, "composition-front") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+	a, _ := os.ReadFile(filepath.Join(online, "kustomization.yaml"))
+	b, _ := os.ReadFile(filepath.Join(offline, "kustomization.yaml"))
+	if len(a) == 0 || string(a) != string(b) {
+		t.Errorf("planned offline:\n%s\nonline:\n%s", b, a)
+	}
+
+	t.Setenv("TOA_CACHE", t.TempDir())
+	never := filepath.Join(t.TempDir(), "deployment")
+	code, stdout, stderr = plan(never)
+	if code != 1 || !strings.Contains(stderr, "the kustomization is not written") || !strings.Contains(stdout, "(unresolved)") {
+		t.Errorf("exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(never); err == nil {
+		t.Error("a kustomization without tags was written")
+	}
 }
 
 // pushIndex pushes an index of small random images, one per platform, to ref.

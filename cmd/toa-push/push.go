@@ -85,7 +85,7 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 		}
 		return c.writeReport(report)
 	case c.Plan:
-		return c.plan(ctx, log, opts)
+		return c.plan(ctx, opts)
 	}
 	report, err := pipeline.Push(ctx, c.Path, c.environment(), opts...)
 	if err != nil {
@@ -94,8 +94,10 @@ func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	return c.writeReport(report)
 }
 
-// plan prints the plan, also when the kustomization could not be written.
-func (c *pushCommand) plan(ctx context.Context, log *logrus.Logger, opts []pipeline.Option) error {
+// plan prints the plan, also when the kustomization could not be written: the run then fails
+// (exit 1, or 3 when the base's registry did not answer in time), never having written nothing
+// asked for with exit 0.
+func (c *pushCommand) plan(ctx context.Context, opts []pipeline.Option) error {
 	report, err := pipeline.Plan(ctx, c.Path, c.environment(), opts...)
 	if report == nil {
 		return c.explain(err)
@@ -106,11 +108,6 @@ func (c *pushCommand) plan(ctx context.Context, log *logrus.Logger, opts []pipel
 		}
 	} else if err := writePlanText(os.Stdout, report); err != nil {
 		return err
-	}
-	var notWritten *pipeline.NotWrittenError
-	if errors.As(err, &notWritten) {
-		log.Warn(err.Error())
-		return nil
 	}
 	return err
 }
