@@ -159,9 +159,10 @@ const (
 // merge key (<<): keys written in the mapping win over merged ones, as in js-yaml, which Toa
 // reads its files with.
 type expander struct {
-	path   string
-	nodes  int                 // how many have been made so far
-	active map[*yaml.Node]bool // the anchored nodes being expanded: an alias of one is a cycle
+	path    string
+	nodes   int                 // how many have been made so far
+	aliases int                 // how many aliases have been expanded so far
+	active  map[*yaml.Node]bool // the anchored nodes being expanded: an alias of one is a cycle
 }
 
 func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
@@ -170,8 +171,7 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 			Hint: "a Toa file nests some levels of mappings and lists: write this value flatter"}
 	}
 	if x.nodes++; x.nodes > maxNodes {
-		return nil, &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values once its aliases are expanded", maxNodes),
-			Hint: "each alias (*name) is a copy of what its anchor (&name) names, and aliases of aliases multiply: write fewer of them"}
+		return nil, x.tooMany()
 	}
 	if node.Anchor != "" {
 		x.active[node] = true
@@ -183,6 +183,7 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 			return nil, &fault.Input{File: x.path, Line: node.Line, Message: fmt.Sprintf("the alias *%s is inside the value it names", fault.Printable(node.Value)),
 				Hint: "an alias cannot name a value that contains it: such a value never ends"}
 		}
+		x.aliases++
 		return x.expand(node.Alias, depth)
 	case yaml.SequenceNode:
 		out := *node
@@ -203,6 +204,15 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 		out.Anchor = ""
 		return &out, nil
 	}
+}
+
+func (x *expander) tooMany() error {
+	if x.aliases == 0 {
+		return &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values", maxNodes),
+			Hint: "a Toa file holds some hundreds: check that this is the file you meant"}
+	}
+	return &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values once its aliases are expanded", maxNodes),
+		Hint: "each alias (*name) is a copy of what its anchor (&name) names, and aliases of aliases multiply: write fewer of them"}
 }
 
 func (x *expander) expandMapping(node *yaml.Node, depth int) (*yaml.Node, error) {
