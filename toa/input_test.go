@@ -240,3 +240,24 @@ func bomb(n int) string {
 	}
 	return b.String()
 }
+
+// TestSyntaxErrorLines checks the line of YAML syntax errors: the library gives the line where the
+// block around the mistake starts, and for its parser's errors one less; ours is the mistake's.
+func TestSyntaxErrorLines(t *testing.T) {
+	const indentation = "\n  check the indentation of this line and of the one above it"
+	cases := []struct{ yaml, want string }{
+		{"a: 1\nx:\n  - a\n  b: c\n", "f.yaml:4: is not valid YAML: did not find expected '-' indicator" + indentation},
+		{"a: 1\nb:\n  c: 1\n d: 2\n", "f.yaml:4: is not valid YAML: did not find expected key" + indentation},
+		{"a: 1\nb: &x &y z\n", "f.yaml:2: is not valid YAML: did not find expected key" + indentation},
+		{"a: 1\nb:\n  c: 1\n  d: *nope\n", "f.yaml:4: is not valid YAML: the alias *nope names no anchor\n  write the anchor (&nope) on the value it names, above this line"},
+		{"a: 1\nb:\n\tc: 1\n", "f.yaml:3: is not valid YAML: found character that cannot start any token\n  indent with spaces: YAML does not allow tabs in indentation"},
+		{"a: 1\nb: \"x\\qy\"\n", "f.yaml:2: is not valid YAML: found unknown escape character\n  in double quotes a backslash starts an escape: write \\\\ for a backslash, or use single quotes"},
+		{"a: 1\nb: 'x\n", "f.yaml:2: is not valid YAML: found unexpected end of stream\n  a quote or a bracket opened on this line is not closed"},
+	}
+	for _, c := range cases {
+		_, err := parseYAML("f.yaml", []byte(c.yaml))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q:\ngot  %v\nwant %s", c.yaml, err, c.want)
+		}
+	}
+}
