@@ -181,11 +181,7 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 		t.Fatal(err)
 	}
 	deps := Merge(res)
-	var services []image.Service
-	for _, s := range ServiceImages(a, deps, mono) {
-		services = append(services, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
-	}
-	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono, Services: services})
+	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono, Services: serviceImagesOf(a, deps, mono)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +206,16 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 	if err := WriteKustomization(dir, files); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serviceImagesOf are the images toa-push builds of the application's extension services, as
+// the pipeline names them.
+func serviceImagesOf(app *toa.Application, deps *Dependencies, mono bool) []image.Service {
+	var out []image.Service
+	for _, s := range ServiceImages(app, deps, mono) {
+		out = append(out, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+	}
+	return out
 }
 
 func fakeTag(name string) string {
