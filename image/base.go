@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -19,7 +20,21 @@ type Base struct {
 	Mirror    *Mirror           // the mirror it is read through, or nil
 	Digest    string            // of the index, or of the single manifest
 	Platforms map[string]string // "linux/amd64" → manifest digest
-	Err       error             // why it could not be resolved
+	// Docker is true when the base is in Docker's v2 format (a manifest list, or manifests of
+	// Docker's type): images on it are converted to OCI (format.go).
+	Docker bool
+	Err    error // why it could not be resolved
+}
+
+// formatInput is what the tags of images on the base hold of its format: nothing for an OCI
+// base, so that its tags are those toa-push always gave; for a Docker base, that the images are
+// converted to OCI, so that images written before toa-push converted them (a Docker manifest of
+// OCI layers, which containers/image refuses) get new tags and are built again.
+func (b *Base) formatInput() []string {
+	if b.Docker {
+		return []string{"images converted to OCI from Docker v2"}
+	}
+	return nil
 }
 
 // String names the base for messages: its reference, and the mirror it is read from.
@@ -138,6 +153,7 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 		return b
 	}
 	b.Digest = desc.Digest.String()
+	b.Docker = desc.MediaType == types.DockerManifestList || desc.MediaType == types.DockerManifestSchema2
 	if desc.MediaType.IsIndex() {
 		idx, err := desc.ImageIndex()
 		if err != nil {
@@ -150,9 +166,10 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 			return b
 		}
 		for _, d := range m.Manifests {
-			if d.Platform == nil || d.Platform.OS == "unknown" { // attestations
+			if d.Platform == nil || d.Platform.OS == "unknown" || !d.MediaType.IsImage() { // attestations
 				continue
 			}
+			b.Docker = b.Docker || d.MediaType == types.DockerManifestSchema2
 			p := Platform(d.Platform)
 			if _, seen := b.Platforms[p]; !seen {
 				b.Platforms[p] = d.Digest.String()

@@ -20,6 +20,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Annotations of the entries of a layout's index.json.
@@ -460,6 +462,9 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 			idx, err := l.index(e.Digest)
 			if err != nil {
 				return err
+			}
+			if err := checkOCI(idx); err != nil {
+				return fault.BadInput(fmt.Errorf("the OCI layout %s holds %s in a form toa-push does not push: %w; write the layout again with this toa-push's --oci-layout", l.dir, e.Reference, err))
 			}
 			if p.Tag == e.Tag() {
 				p.Platforms = platformsOf(idx)

@@ -256,6 +256,7 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 		base.Pairs(img.Platforms), app.Registry.Build.Image, app.Registry.Build.Run, img.Run}
 	inputs = append(inputs, app.Registry.Build.Arguments...)
 	inputs = append(inputs, "node "+tools.Node, "npm "+tools.Npm)
+	inputs = append(inputs, base.formatInput()...)
 	for _, in := range inputs {
 		io.WriteString(h, in)
 		h.Write([]byte{0})

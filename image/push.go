@@ -213,6 +213,9 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 
 // publish writes an image's index under its tag, and records its digest.
 func (b *builder) publish(ctx context.Context, img *Image, idx v1.ImageIndex, pushed *Pushed, sent *Sent) error {
+	if err := checkOCI(idx); err != nil {
+		return fmt.Errorf("%s: toa-push made an image it must not write: %w", img.Reference(), err)
+	}
 	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
 	s, err := b.opts.Destination.Write(ctx, img.Reference(), idx)
 	sent.add(s)
@@ -256,7 +259,7 @@ func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image,
 		if err != nil {
 			return nil, err
 		}
-		b.opts.Events(Event{img.Name, "installing dependencies for " + platform})
+		b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
 		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Name, err)
@@ -273,6 +276,9 @@ func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image,
 	idx, err = index(out.images, out.targets, out.annotations)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkOCI(idx); err != nil {
+		return nil, fmt.Errorf("%s: toa-push made an image it must not write: %w", img.DepsReference(), err)
 	}
 	b.opts.Events(Event{img.Name, "pushing " + img.DepsReference()})
 	s, err := b.opts.Destination.Write(ctx, img.DepsReference(), idx)
@@ -293,6 +299,10 @@ func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
 	for _, d := range m.Manifests {
 		img, err := idx.Image(d.Digest)
 		if err != nil {
+			return nil, err
+		}
+		// one written by an earlier toa-push may be a Docker manifest of OCI layers
+		if img, err = asOCI(img, "the dependencies image "+d.Digest.String()); err != nil {
 			return nil, err
 		}
 		out.images = append(out.images, img)
@@ -336,6 +346,9 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	if err != nil {
 		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
 	}
+	if base, err = asOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
+		return nil, Target{}, err
+	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
 		return nil, Target{}, &RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
@@ -344,7 +357,13 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	if err != nil {
 		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
 	}
-	return base, Target{Platform: *cfg.Platform(), Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION")}, nil
+	p := *cfg.Platform()
+	if p.Variant == "" { // a config may leave it out; the base's index said which it is
+		if parsed, err := v1.ParsePlatform(platform); err == nil && parsed.Architecture == p.Architecture {
+			p.Variant = parsed.Variant
+		}
+	}
+	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION")}, nil
 }
 
 // libcOf finds the base's libc once per digest: musl when a layer holds ld-musl, else glibc.

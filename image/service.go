@@ -79,8 +79,9 @@ func (p *Plan) AddServices(app *toa.Application, services []Service, opts PlanOp
 				return fmt.Errorf("%s: hash the files of %s: %w", s.Name, s.Dir, err)
 			}
 			h := sha256.New()
-			for _, in := range []string{s.Version, files, base.Pairs(platforms), "node " + opts.Toolchain.Node,
-				"npm " + opts.Toolchain.Npm, app.Runtime.Registry, app.Runtime.Proxy} {
+			inputs := []string{s.Version, files, base.Pairs(platforms), "node " + opts.Toolchain.Node,
+				"npm " + opts.Toolchain.Npm, app.Runtime.Registry, app.Runtime.Proxy}
+			for _, in := range append(inputs, base.formatInput()...) {
 				io.WriteString(h, in)
 				h.Write([]byte{0})
 			}

@@ -28,6 +28,9 @@ import (
 // real API server: a server-side apply with dryRun=All, which runs validation and admission and
 // stores nothing. The namespaced ones go to a namespace of the test's own.
 func TestServerSideDryRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
 	if os.Getenv("TOA_TEST_NO_CLUSTER") == "1" {
 		t.Skip("TOA_TEST_NO_CLUSTER=1: no control plane")
 	}

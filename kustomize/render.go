@@ -83,10 +83,8 @@ var ApplyOrder = [][]string{
 
 // Stage is the index in ApplyOrder of a kind's stage, len(ApplyOrder) for kinds not listed.
 func Stage(kind string) int {
-	for i, kinds := range ApplyOrder {
-		if slices.Contains(kinds, kind) {
-			return i
-		}
+	if i := slices.IndexFunc(ApplyOrder, func(kinds []string) bool { return slices.Contains(kinds, kind) }); i >= 0 {
+		return i
 	}
 	return len(ApplyOrder)
 }

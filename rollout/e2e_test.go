@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // 1. A first apply returns when every pod is Ready.
@@ -265,7 +267,7 @@ func TestFailFast(t *testing.T) {
 	}
 }
 
-// 5. A rollout that does not finish in time is a TimeoutError naming what was awaited; a pod
+// 5. A rollout that does not finish in time is a *fault.Timeout naming what was awaited; a pod
 // unschedulable past its grace is a failure, seen when the grace ends although nothing changes.
 func TestTimeout(t *testing.T) {
 	t.Parallel()
@@ -292,13 +294,14 @@ func TestTimeout(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
 	defer cancelShort()
 	err = Wait(short, c.cfg, res, WaitOptions{UnschedulableGrace: time.Minute, OnStatus: logStatus(t)})
-	var timeout *TimeoutError
-	if !errors.As(err, &timeout) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait = %v, want a *TimeoutError", err)
+	var timeout *fault.Timeout
+	var awaiting *Awaiting
+	if !errors.As(err, &timeout) || !errors.As(err, &awaiting) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait = %v, want a *fault.Timeout of an *Awaiting", err)
 	}
 	t.Logf("timeout: %v", err)
-	if len(timeout.Awaiting) != 1 || timeout.Awaiting[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
-		t.Errorf("the timeout does not say what was awaited: %+v", timeout.Awaiting)
+	if len(awaiting.Deployments) != 1 || awaiting.Deployments[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
+		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Deployments)
 	}
 }
 

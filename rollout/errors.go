@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -68,19 +67,3 @@ func conflicts(err error) []Conflict {
 	}
 	return out
 }
-
-// TimeoutError is a wait that ran out of time, with what it was still waiting for.
-type TimeoutError struct {
-	Awaiting []Status
-}
-
-func (e *TimeoutError) Error() string {
-	parts := make([]string, 0, len(e.Awaiting))
-	for _, s := range e.Awaiting {
-		parts = append(parts, fmt.Sprintf("deployment %s: %s", s.Name, s.Message))
-	}
-	return "timed out waiting for " + strings.Join(parts, "; ")
-}
-
-// Unwrap lets errors.Is(err, context.DeadlineExceeded) hold.
-func (e *TimeoutError) Unwrap() error { return context.DeadlineExceeded }

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // The Status the API server returns for a conflicting server-side apply
@@ -34,12 +36,16 @@ func TestConflicts(t *testing.T) {
 	}
 }
 
-func TestTimeoutError(t *testing.T) {
-	err := &TimeoutError{Awaiting: []Status{{Name: "composition-a", Message: "2 old pods terminating: a-1, a-2"}}}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Error("a TimeoutError is not a DeadlineExceeded")
+func TestAwaiting(t *testing.T) {
+	err := fault.TimedOut(&Awaiting{Deployments: []Status{{Name: "composition-a", Message: "2 old pods terminating: a-1, a-2"}}})
+	if !errors.Is(err, context.DeadlineExceeded) || fault.ClassOf(err) != fault.ClassTimeout {
+		t.Error("a wait's timeout is not a timeout")
+	}
+	var a *Awaiting
+	if !errors.As(err, &a) || len(a.Deployments) != 1 {
+		t.Errorf("errors.As(%v, *Awaiting) = %v", err, a)
 	}
 	if want := "timed out waiting for deployment composition-a: 2 old pods terminating: a-1, a-2"; err.Error() != want {
-		t.Errorf("TimeoutError = %q, want %q", err.Error(), want)
+		t.Errorf("the timeout says %q, want %q", err.Error(), want)
 	}
 }

@@ -109,12 +109,11 @@ func count[N int | int32](n N, noun string) string {
 }
 
 func condition(d *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.DeploymentCondition {
-	for i := range d.Status.Conditions {
-		if d.Status.Conditions[i].Type == t {
-			return &d.Status.Conditions[i]
-		}
+	i := slices.IndexFunc(d.Status.Conditions, func(c appsv1.DeploymentCondition) bool { return c.Type == t })
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return &d.Status.Conditions[i]
 }
 
 // NewReplicaSet is the Deployment's current ReplicaSet among rss: one it controls whose revision

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Status is where one Deployment of the set stands while Wait waits.
@@ -51,21 +53,40 @@ type target struct {
 	reported        bool
 }
 
+// Awaiting is what a wait was still waiting for when its time ran out. Wait returns it inside a
+// *fault.Timeout, so that the message says what was awaited and callers can read the list.
+type Awaiting struct {
+	Deployments []Status
+}
+
+func (a *Awaiting) Error() string {
+	parts := make([]string, 0, len(a.Deployments))
+	for _, s := range a.Deployments {
+		parts = append(parts, fmt.Sprintf("deployment %s: %s", s.Name, s.Message))
+	}
+	return "timed out waiting for " + strings.Join(parts, "; ")
+}
+
 // Wait waits until every Deployment Apply applied has rolled out and every pod it replaced is
 // gone, and every Deployment it pruned is gone with its pods. One watch loop, no polling:
 // informers on the set's Deployments and, for each, on the ReplicaSets and pods its selector
 // matches, feed Check at each change. A failure is returned as soon as it is certain, as a
-// *Failure; the end of ctx's deadline is a *TimeoutError naming what was still awaited.
+// *Failure; the end of ctx's deadline is a *fault.Timeout around an *Awaiting.
 func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) error {
-	if res == nil || res.DryRun {
+	if len(targetsOf(res)) == 0 {
 		return nil
-	}
-	if opts.UnschedulableGrace == 0 {
-		opts.UnschedulableGrace = DefaultUnschedulableGrace
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("client for %s: %w", cfg.Host, err)
+	}
+	return waitFor(ctx, cs, res, opts)
+}
+
+// targetsOf are the Deployments a result applied or pruned; none for a dry run.
+func targetsOf(res *Result) []*target {
+	if res == nil || res.DryRun {
+		return nil
 	}
 	var targets []*target
 	for _, a := range res.Applied {
@@ -78,94 +99,98 @@ func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) 
 			targets = append(targets, &target{namespace: r.Namespace, name: r.Name, pruned: true})
 		}
 	}
-	if len(targets) == 0 {
-		return nil
-	}
+	return targets
+}
 
+func waitFor(ctx context.Context, cs kubernetes.Interface, res *Result, opts WaitOptions) error {
+	if opts.UnschedulableGrace == 0 {
+		opts.UnschedulableGrace = DefaultUnschedulableGrace
+	}
+	targets := targetsOf(res)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	kick := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
+	w, err := watchTargets(ctx, cs, res, targets)
+	if err != nil {
+		return err
 	}
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
+	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
+		return waitEnd(ctx, targets)
 	}
-	var synced []cache.InformerSynced
-	start := func(inf cache.SharedIndexInformer) (cache.Store, error) {
-		reg, err := inf.AddEventHandler(handler)
-		if err != nil {
-			return nil, err
-		}
-		synced = append(synced, reg.HasSynced)
-		go inf.RunWithContext(ctx)
-		return inf.GetStore(), nil
-	}
+	return w.loop(ctx, targets, opts)
+}
 
-	// the set's Deployments, one informer per namespace
-	deployments := map[string]cache.Store{}
+// watches are the informers of a wait: their stores, and a signal that any of them changed.
+type watches struct {
+	deployments map[string]cache.Store // by namespace
+	kick        chan struct{}
+	synced      []cache.InformerSynced
+}
+
+// watchTargets starts the informers of a wait, which run until ctx ends: the set's Deployments,
+// one informer per namespace, and each applied Deployment's ReplicaSets and pods by its selector.
+func watchTargets(ctx context.Context, cs kubernetes.Interface, res *Result, targets []*target) (*watches, error) {
+	w := &watches{deployments: map[string]cache.Store{}, kick: make(chan struct{}, 1)}
 	for _, t := range targets {
-		if deployments[t.namespace] != nil {
+		if w.deployments[t.namespace] != nil {
 			continue
 		}
 		inf := appsinformers.NewFilteredDeploymentInformer(cs, t.namespace, 0, cache.Indexers{},
 			func(o *metav1.ListOptions) { o.LabelSelector = LabelPartOf + "=" + res.Set.ID })
-		if deployments[t.namespace], err = start(inf); err != nil {
-			return err
+		store, err := w.start(ctx, inf)
+		if err != nil {
+			return nil, err
 		}
+		w.deployments[t.namespace] = store
 	}
-	// each applied Deployment's ReplicaSets and pods, by its selector
 	for _, t := range targets {
 		if t.pruned {
 			continue
 		}
 		selector, err := selectorOf(res, t)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
-		if t.rss, err = start(appsinformers.NewFilteredReplicaSetInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
-			return err
+		if t.rss, err = w.start(ctx, appsinformers.NewFilteredReplicaSetInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
+			return nil, err
 		}
-		if t.pods, err = start(coreinformers.NewFilteredPodInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
-			return err
+		if t.pods, err = w.start(ctx, coreinformers.NewFilteredPodInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
+			return nil, err
 		}
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return waitEnd(ctx, targets)
-	}
+	return w, nil
+}
 
+// start runs an informer whose every event kicks the loop, and returns its store.
+func (w *watches) start(ctx context.Context, inf cache.SharedIndexInformer) (cache.Store, error) {
+	notify := func() {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.synced = append(w.synced, reg.HasSynced)
+	go inf.RunWithContext(ctx)
+	return inf.GetStore(), nil
+}
+
+// loop checks every target at each change the informers see, and when an unschedulable pod's
+// grace ends, until all are done, one fails, or ctx ends.
+func (w *watches) loop(ctx context.Context, targets []*target, opts WaitOptions) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := time.Now()
-		done, recheck := true, time.Time{}
-		for _, t := range targets {
-			s, at, err := t.check(deployments[t.namespace], now, opts.UnschedulableGrace)
-			if err != nil {
-				return err
-			}
-			if !t.reported || s.Done != t.last.Done || s.Message != t.last.Message {
-				t.last, t.reported = s, true
-				if opts.OnStatus != nil {
-					opts.OnStatus(s)
-				}
-			}
-			if s.Failure != nil {
-				return s.Failure
-			}
-			done = done && s.Done
-			if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
-				recheck = at
-			}
-		}
-		if done {
-			return nil
+		done, recheck, err := w.checkAll(targets, time.Now(), opts)
+		if err != nil || done {
+			return err
 		}
 		if !recheck.IsZero() {
 			timer.Reset(time.Until(recheck))
@@ -173,10 +198,36 @@ func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) 
 		select {
 		case <-ctx.Done():
 			return waitEnd(ctx, targets)
-		case <-kick:
+		case <-w.kick:
 		case <-timer.C:
 		}
 	}
+}
+
+// checkAll checks every target, reporting each change of status: all done, the earliest time to
+// look again although nothing changes, or the first failure.
+func (w *watches) checkAll(targets []*target, now time.Time, opts WaitOptions) (done bool, recheck time.Time, err error) {
+	done = true
+	for _, t := range targets {
+		s, at, err := t.check(w.deployments[t.namespace], now, opts.UnschedulableGrace)
+		if err != nil {
+			return false, time.Time{}, err
+		}
+		if !t.reported || s.Done != t.last.Done || s.Message != t.last.Message {
+			t.last, t.reported = s, true
+			if opts.OnStatus != nil {
+				opts.OnStatus(s)
+			}
+		}
+		if s.Failure != nil {
+			return false, time.Time{}, s.Failure
+		}
+		done = done && s.Done
+		if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
+			recheck = at
+		}
+	}
+	return done, recheck, nil
 }
 
 // check is where a target stands in the informers' stores.
@@ -222,39 +273,39 @@ func items[T runtime.Object](store cache.Store) []T {
 
 // selectorOf is the pod selector of an applied Deployment, from the object the apply returned.
 func selectorOf(res *Result, t *target) (string, error) {
-	for _, a := range res.Applied {
-		if a.Kind != "Deployment" || a.Namespace != t.namespace || a.Name != t.name || a.Object == nil {
-			continue
-		}
-		var d appsv1.Deployment
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(a.Object.Object, &d); err != nil {
-			return "", fmt.Errorf("read deployment %s: %w", t.name, err)
-		}
-		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil {
-			return "", fmt.Errorf("deployment %s: selector: %w", t.name, err)
-		}
-		return sel.String(), nil
+	i := slices.IndexFunc(res.Applied, func(a Applied) bool {
+		return a.Kind == "Deployment" && a.Namespace == t.namespace && a.Name == t.name && a.Object != nil
+	})
+	if i < 0 {
+		return "", fmt.Errorf("deployment %s: not among the applied objects", t.name)
 	}
-	return "", fmt.Errorf("deployment %s: not among the applied objects", t.name)
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(res.Applied[i].Object.Object, &d); err != nil {
+		return "", fmt.Errorf("read deployment %s: %w", t.name, err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return "", fmt.Errorf("deployment %s: selector: %w", t.name, err)
+	}
+	return sel.String(), nil
 }
 
 // waitEnd is the error of a wait whose context ended: what was still awaited when the deadline
-// passed, or the cancellation.
+// passed, as a *fault.Timeout, or the cancellation.
 func waitEnd(ctx context.Context, targets []*target) error {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return ctx.Err()
 	}
-	e := &TimeoutError{}
+	a := &Awaiting{}
 	for _, t := range targets {
 		if !t.last.Done {
 			s := t.last
 			if !t.reported {
 				s = Status{Namespace: t.namespace, Name: t.name, Pruned: t.pruned, Message: "not seen yet"}
 			}
-			e.Awaiting = append(e.Awaiting, s)
+			a.Deployments = append(a.Deployments, s)
 		}
 	}
-	slices.SortFunc(e.Awaiting, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
-	return e
+	slices.SortFunc(a.Deployments, func(x, y Status) int { return strings.Compare(x.Name, y.Name) })
+	return fault.TimedOut(a)
 }

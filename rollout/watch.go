@@ -2,20 +2,21 @@ package rollout
 
 import (
 	"context"
-	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
-// listWatch lists and watches a resource, narrowed by a field and a label selector.
+// listWatch lists and watches a resource, narrowed by a field and a label selector. A resource
+// the server no longer serves (the CRD of the kind is gone) lists as empty.
 func listWatch(ri dynamic.ResourceInterface, fieldSelector, labelSelector string) cache.ListerWatcher {
 	narrow := func(o metav1.ListOptions) metav1.ListOptions {
 		o.FieldSelector, o.LabelSelector = fieldSelector, labelSelector
@@ -23,7 +24,11 @@ func listWatch(ri dynamic.ResourceInterface, fieldSelector, labelSelector string
 	}
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return ri.List(ctx, narrow(o))
+			list, err := ri.List(ctx, narrow(o))
+			if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+				return &unstructured.UnstructuredList{}, nil
+			}
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ri.Watch(ctx, narrow(o))
@@ -36,65 +41,41 @@ func until(ctx context.Context, ri dynamic.ResourceInterface, name string, cond 
 	lw := listWatch(ri, fields.OneTermEqualSelector("metadata.name", name).String(), "")
 	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, nil, func(ev watch.Event) (bool, error) {
 		obj, ok := ev.Object.(*unstructured.Unstructured)
-		return ok && ev.Type != watch.Deleted && cond(obj), nil
+		return ok && ev.Type != watch.Deleted && obj.GetName() == name && cond(obj), nil
 	})
-	return err
+	return ended(ctx, err)
 }
 
-// untilGone watches the objects of a resource that carry a label until none of names is left.
-// A resource the server no longer serves (the CRD of the kind is gone) has nothing left. A watch
-// that ends is started again from a new list.
+// untilGone watches the objects of a resource that carry a label until none of names is left:
+// client-go's list, then watch, restarted from a new list when the watch ends.
 func untilGone(ctx context.Context, ri dynamic.ResourceInterface, labelSelector string, names []string) error {
-	for {
-		list, err := ri.List(ctx, metav1.ListOptions{LabelSelector: labelSelector})
-		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		left := map[string]bool{}
-		for _, obj := range list.Items {
-			if slices.Contains(names, obj.GetName()) {
-				left[obj.GetName()] = true
+	left := sets.New(names...)
+	listed := func(store cache.Store) (bool, error) {
+		present := sets.New[string]()
+		for _, obj := range store.List() {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				present.Insert(u.GetName())
 			}
 		}
-		if len(left) == 0 {
-			return nil
-		}
-		w, err := ri.Watch(ctx, metav1.ListOptions{LabelSelector: labelSelector, ResourceVersion: list.GetResourceVersion()})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil && !apierrors.IsGone(err) && !apierrors.IsResourceExpired(err) {
-			return err
-		}
-		if err == nil {
-			gone := func() bool {
-				defer w.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return false
-					case ev, ok := <-w.ResultChan():
-						if !ok || ev.Type == watch.Error {
-							return false // list again
-						}
-						if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Deleted {
-							delete(left, u.GetName())
-						}
-						if len(left) == 0 {
-							return true
-						}
-					}
-				}
-			}()
-			if gone {
-				return nil
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+		left = left.Intersection(present)
+		return left.Len() == 0, nil
 	}
+	_, err := watchtools.UntilWithSync(ctx, listWatch(ri, "", labelSelector), &unstructured.Unstructured{}, listed,
+		func(ev watch.Event) (bool, error) {
+			if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Deleted {
+				left.Delete(u.GetName())
+			}
+			return left.Len() == 0, nil
+		})
+	return ended(ctx, err)
+}
+
+// ended is the error of a watch: the context's when it ended the watch (client-go says "timed
+// out waiting for the condition" whether a deadline passed or not), so that a deadline is a
+// context.DeadlineExceeded.
+func ended(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
 }

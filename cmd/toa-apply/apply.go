@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -78,7 +77,6 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	}
 	view := newProgress(os.Stderr, c.Output == cli.Text && cli.IsTerminal(os.Stderr))
 	err = rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
-	view.close()
 	return c.exitError(err)
 }
 
@@ -121,14 +119,14 @@ func (c *applyCommand) cluster() (*rest.Config, string, error) {
 // exitError gives rollout's errors the exit codes of DESIGN.md.
 func (c *applyCommand) exitError(err error) error {
 	var input *fault.Input
-	var timeout *rollout.TimeoutError
+	var awaiting *rollout.Awaiting
 	var failure *rollout.Failure
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &input):
-		return fault.BadInput(err)
-	case errors.As(err, &timeout):
+		return err
+	case errors.As(err, &awaiting):
 		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)", err, c.Timeout))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.TimedOut(fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err))
@@ -195,70 +193,29 @@ func warnHelm(log *logrus.Logger, res *rollout.Result) {
 	}
 }
 
-// progress shows what the wait is waiting for: on a terminal, one line per Deployment, redrawn in
-// place; elsewhere (CI logs, -o json), a plain line per change.
+// progress shows what the wait is waiting for, a line per Deployment (cli.Display): redrawn in
+// place on a terminal, a plain line per change elsewhere (CI logs, -o json), each with the time
+// since the wait began.
 type progress struct {
-	w     io.Writer
-	live  bool
-	start time.Time
-	order []string
-	lines map[string]string
-	drawn int
-	width int // of the terminal: a line that wraps would break the redraw
+	display *cli.Display
+	start   time.Time
 }
 
-func newProgress(w io.Writer, live bool) *progress {
-	width, err := strconv.Atoi(os.Getenv("COLUMNS"))
-	if err != nil || width < 20 {
-		width = 100
+func newProgress(w *os.File, live bool) *progress {
+	d := cli.NewPlainDisplay(w)
+	if live {
+		d = cli.NewDisplay(w)
 	}
-	return &progress{w: w, live: live, start: time.Now(), lines: map[string]string{}, width: width}
-}
-
-// fit cuts a line to the terminal's width.
-func fit(line string, width int) string {
-	if r := []rune(line); len(r) > width {
-		return string(r[:width-1]) + "…"
-	}
-	return line
+	return &progress{display: d, start: time.Now()}
 }
 
 func (p *progress) update(s rollout.Status) {
-	mark := " "
+	mark := ""
 	switch {
 	case s.Failure != nil:
-		mark = "✗"
+		mark = "✗ "
 	case s.Done:
-		mark = "✓"
+		mark = "✓ "
 	}
-	line := fmt.Sprintf("%s deployment/%s: %s", mark, s.Name, s.Message)
-	if !p.live {
-		fmt.Fprintf(p.w, "%5.1fs deployment/%s: %s\n", time.Since(p.start).Seconds(), s.Name, s.Message)
-		return
-	}
-	if _, ok := p.lines[s.Name]; !ok {
-		p.order = append(p.order, s.Name)
-	}
-	p.lines[s.Name] = line
-	p.redraw()
-}
-
-func (p *progress) redraw() {
-	var b strings.Builder
-	if p.drawn > 0 {
-		fmt.Fprintf(&b, "\x1b[%dA", p.drawn) // back to the first line drawn
-	}
-	for _, name := range p.order {
-		fmt.Fprintf(&b, "\r\x1b[2K%s\n", fit(p.lines[name], p.width))
-	}
-	fmt.Fprintf(&b, "\r\x1b[2K  %.0fs\n", time.Since(p.start).Seconds())
-	p.drawn = len(p.order) + 1
-	_, _ = io.WriteString(p.w, b.String())
-}
-
-// close leaves the last view on the terminal.
-func (p *progress) close() {
-	if p.live && p.drawn > 0 {
-		p.redraw()
-	}
+	p.display.Set("deployment/"+s.Name, fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
 }

@@ -4,17 +4,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 )
 
 // Display shows what a command is doing, one line per item (an image, a Deployment). On a
-// terminal the lines are redrawn in place as they change; anywhere else every change is one plain
-// line, "item: status", which is what a CI log wants.
+// terminal the lines are redrawn in place as they change, each cut to the terminal's width (a
+// line that wraps would break the redraw); anywhere else every change is one plain line,
+// "item: status", which is what a CI log wants. Both commands show their progress with it.
 type Display struct {
 	mu     sync.Mutex
 	w      io.Writer
 	live   bool
+	width  int
 	keys   []string
 	status map[string]string
 	drawn  int
@@ -22,7 +25,15 @@ type Display struct {
 
 // NewDisplay shows on w, live when w is a terminal.
 func NewDisplay(w *os.File) *Display {
-	return &Display{w: w, live: IsTerminal(w), status: map[string]string{}}
+	return &Display{w: w, live: IsTerminal(w), width: columns(), status: map[string]string{}}
+}
+
+// columns is the terminal's width as the shell exports it, else 100.
+func columns() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n >= 20 {
+		return n
+	}
+	return 100
 }
 
 // NewPlainDisplay shows plain lines on w.
@@ -80,8 +91,17 @@ func (d *Display) draw() {
 	}
 	var b strings.Builder
 	for _, k := range d.keys {
-		fmt.Fprintf(&b, "%-*s  %s\n", width, k, d.status[k])
+		b.WriteString(fit(fmt.Sprintf("%-*s  %s", width, k, d.status[k]), d.width))
+		b.WriteByte('\n')
 	}
 	io.WriteString(d.w, b.String())
 	d.drawn = len(d.keys)
+}
+
+// fit cuts a line to width runes; 0 is no limit.
+func fit(line string, width int) string {
+	if r := []rune(line); width > 0 && len(r) > width {
+		return string(r[:width-1]) + "…"
+	}
+	return line
 }

@@ -33,6 +33,15 @@ func TestLiveDisplayRedrawsInPlace(t *testing.T) {
 	}
 }
 
+func TestLiveDisplayCutsLinesToTheWidth(t *testing.T) {
+	var buf bytes.Buffer
+	d := &Display{w: &buf, live: true, width: 12, status: map[string]string{}}
+	d.Set("a", "a long status")
+	if want := "a  a long s…\n"; buf.String() != want {
+		t.Errorf("got %q, want %q", buf.String(), want)
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	cases := []struct {
 		err  error
