@@ -20,6 +20,7 @@ import (
 // what the registry answered, instead of the raw chain of Go errors.
 func reason(err error) string {
 	var (
+		broken  *BrokenError
 		stall   *StallError
 		connect *ConnectError
 		access  *AccessError
@@ -30,6 +31,8 @@ func reason(err error) string {
 		terr    *transport.Error
 	)
 	switch {
+	case errors.As(err, &broken):
+		return broken.Error()
 	case errors.As(err, &stall):
 		return stall.Error()
 	case errors.As(err, &connect):
@@ -45,7 +48,7 @@ func reason(err error) string {
 	case errors.As(err, &op) && op.Op == "dial" && op.Addr != nil:
 		return fmt.Sprintf("cannot connect to %s: %v", op.Addr, op.Err)
 	case errors.As(err, &op) && op.Addr != nil:
-		return fmt.Sprintf("the connection to %s broke mid-transfer (%s: %v)", op.Addr, op.Op, op.Err)
+		return fmt.Sprintf("the connection to %s broke mid-transfer (%s: %s)", op.Addr, op.Op, lastWords(op.Err))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "the connection broke mid-transfer (" + lastWords(err) + ")"
 	case errors.Is(err, io.EOF):

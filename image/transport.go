@@ -422,10 +422,42 @@ func (b *resumingBody) Read(p []byte) (int, error) {
 			return n, err
 		}
 		if !b.resume(err) {
-			return n, err
+			return n, b.broken(err)
 		}
 	}
 }
+
+// broken is the error a download ends with once it cannot be resumed: what broke, where, and
+// after how many bytes.
+func (b *resumingBody) broken(err error) error {
+	if !b.t.retryable(err) {
+		return err
+	}
+	return &BrokenError{What: "the download of " + shortPath(b.req.URL.Path), Host: b.req.URL.Host, After: b.n, Size: b.size, Err: err}
+}
+
+// BrokenError is a transfer whose connection broke or stalled in the middle, as often as the
+// retries allowed. A stall counts as a timeout (exit 3); a broken connection as a failure.
+type BrokenError struct {
+	What        string // "the download of /v2/shop/front/blobs/sha256:0123456789ab"
+	Host        string
+	After, Size int64 // bytes moved before it broke; the size, or -1 when unknown
+	Err         error
+}
+
+func (e *BrokenError) Error() string {
+	of := ""
+	if e.Size > 0 {
+		of = fmt.Sprintf(" of %d", e.Size)
+	}
+	var stall *StallError
+	if errors.As(e.Err, &stall) {
+		return fmt.Sprintf("%s from %s stalled after %d bytes%s: %s", e.What, e.Host, e.After, of, stall.Error())
+	}
+	return fmt.Sprintf("%s from %s broke off mid-transfer after %d bytes%s (%s)", e.What, e.Host, e.After, of, lastWords(e.Err))
+}
+
+func (e *BrokenError) Unwrap() error { return e.Err }
 
 // pending keeps a failure that came with bytes for the next Read, which then resumes.
 func (b *resumingBody) pending(err error) {

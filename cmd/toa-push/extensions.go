@@ -58,7 +58,7 @@ func (c *pushCommand) planServices(ctx context.Context, app *toa.Application, pl
 		return nil
 	}
 	ref := image.ServiceBase(app)
-	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	rctx, cancel := context.WithTimeout(ctx, c.ResolveTimeout)
 	defer cancel()
 	base := image.ResolveBase(rctx, reg, ref)
 	return plan.AddServices(app, services, image.PlanOptions{Toolchain: tools, Bases: map[string]*image.Base{ref: base}})

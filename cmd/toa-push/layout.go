@@ -34,9 +34,9 @@ func (c *pushCommand) pushLayout(ctx context.Context, log *logrus.Logger) error 
 	if err := checkKustomization(from, entries); err != nil {
 		return fault.BadInput(err)
 	}
-	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile))
+	reg, err := c.registries(log)
 	if err != nil {
-		return fault.BadInput(err)
+		return err
 	}
 	display := cli.NewDisplay(os.Stderr)
 	result, err := image.PushLayout(ctx, layout, image.PushOptions{
