@@ -51,35 +51,44 @@ func (c credentials) resolve(ctx context.Context, repo name.Repository) (found, 
 // looked when it found none.
 func dockerConfigFile() (file, looked string) {
 	home, _ := os.UserHomeDir()
-	var candidates []string
+	exists := func(f string) bool {
+		info, err := os.Stat(f)
+		return err == nil && !info.IsDir()
+	}
+	docker := ""
 	if home != "" {
-		candidates = append(candidates, filepath.Join(home, ".docker", "config.json"))
+		docker = filepath.Join(home, ".docker", "config.json")
 	}
-	if dir := os.Getenv("DOCKER_CONFIG"); dir != "" {
-		candidates = append(candidates, filepath.Join(dir, "config.json"))
+	dir := os.Getenv("DOCKER_CONFIG")
+	if (docker != "" && exists(docker)) || (dir != "" && exists(filepath.Join(dir, "config.json"))) {
+		if dir != "" { // Docker's config.Load reads $DOCKER_CONFIG when it is set
+			return filepath.Join(dir, "config.json"), filepath.Join(dir, "config.json")
+		}
+		return docker, docker
 	}
+	var others []string
 	if f := os.Getenv("REGISTRY_AUTH_FILE"); f != "" {
-		candidates = append(candidates, filepath.Clean(f))
+		others = append(others, filepath.Clean(f))
 	}
-	if dir := os.Getenv("XDG_RUNTIME_DIR"); dir != "" {
-		candidates = append(candidates, filepath.Join(dir, "containers", "auth.json"))
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		others = append(others, filepath.Join(d, "containers", "auth.json"))
 	}
 	config := os.Getenv("XDG_CONFIG_HOME")
 	if config == "" && home != "" {
 		config = filepath.Join(home, ".config")
 	}
 	if config != "" {
-		candidates = append(candidates, filepath.Join(config, "containers", "auth.json"))
+		others = append(others, filepath.Join(config, "containers", "auth.json"))
 	}
-	for _, f := range candidates {
-		if info, err := os.Stat(f); err == nil && !info.IsDir() {
+	for _, f := range others {
+		if exists(f) {
 			return f, f
 		}
 	}
-	if len(candidates) == 0 {
+	if docker == "" {
 		return "", "no Docker config file"
 	}
-	return "", "no Docker config file (" + candidates[0] + ")"
+	return "", "no Docker config file (" + docker + ")"
 }
 
 // credentialSource names where Docker's config sends a registry's credentials: a credential

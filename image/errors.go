@@ -143,7 +143,7 @@ func connectError(host string, err error, insecure bool) error {
 		return &ConnectError{Host: host, Err: err,
 			Message: fmt.Sprintf("the TLS certificate of %s does not verify (%s)", host, tlsWords(err)),
 			Hint:    "pass --ca-file FILE with the certificate of the CA that signed it, or --insecure to skip the check"}
-	case errors.As(err, &record) || errors.Is(err, errPlainHTTP):
+	case errors.As(err, &record) || errors.Is(err, errPlainHTTP) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		if insecure || isLoopback(host) {
 			break
 		}

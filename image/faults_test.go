@@ -3,20 +3,17 @@ package image
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -37,42 +34,9 @@ type faultRun struct {
 
 func newFaultRun(t *testing.T) *faultRun {
 	f := &faultRun{base: harness.FaultyRegistry(t), target: harness.FaultyRegistry(t)}
-	f.baseRef = pushSmallBase(t, f.base.Addr)
+	f.baseRef = harness.PushRandomBase(t, f.base.Addr)
 	f.dir = twoCompositions(t, f.target.Addr, f.baseRef)
 	return f
-}
-
-// pushSmallBase pushes a base of two platforms, each of three random layers of 512 KiB, as
-// <addr>/bases/small:test: the fault tests need layers to break, not a node that runs.
-func pushSmallBase(t *testing.T, addr string) string {
-	t.Helper()
-	var adds []mutate.IndexAddendum
-	for _, p := range []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64", Variant: "v8"}} {
-		img, err := random.Image(512<<10, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg = cfg.DeepCopy()
-		cfg.OS, cfg.Architecture, cfg.Variant = p.OS, p.Architecture, p.Variant
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			t.Fatal(err)
-		}
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
-	}
-	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
-	ref := addr + "/bases/small:test"
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.WriteIndex(r, idx); err != nil {
-		t.Fatalf("push the small base: %v", err)
-	}
-	return ref
 }
 
 // push pushes the application with the registry options given, and returns its result, its
@@ -270,5 +234,79 @@ func TestPushDeadline(t *testing.T) {
 	}
 	if err := harness.Complete(context.Background(), f.target.Addr); err != nil {
 		t.Errorf("a tag points at an incomplete image: %v", err)
+	}
+}
+
+// damagedLayer is a cached layer whose file was damaged after it was written: its digest is what
+// the cache recorded, its bytes are not.
+type damagedLayer struct {
+	v1.Layer
+	path string
+}
+
+func (d damagedLayer) Compressed() (io.ReadCloser, error) { return os.Open(d.path) }
+func (d damagedLayer) CachedFile() string                 { return d.path }
+
+// damagedSources makes every sources layer a damaged cache file.
+type damagedSources struct {
+	fakeLayers
+	dir string
+}
+
+func (d damagedSources) Sources(components []*toa.Component) (v1.Layer, error) {
+	l, err := d.fakeLayers.Sources(components)
+	if err != nil {
+		return nil, err
+	}
+	h, _ := l.Digest()
+	rc, _ := l.Compressed()
+	data, _ := io.ReadAll(rc)
+	data[len(data)/2] ^= 0xff
+	path := filepath.Join(d.dir, h.Hex+".tar.gz")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return nil, err
+	}
+	return damagedLayer{Layer: l, path: path}, nil
+}
+
+// A cached layer damaged on disk is not sent as it is: the push fails naming the file, which is
+// removed so that the next run builds the layer anew, and no tag points at the image.
+func TestDamagedCachedLayer(t *testing.T) {
+	f := newFaultRun(t)
+	reg, _ := NewRegistries()
+	app, plan := loadAndPlan(t, f.dir, f.baseRef, reg)
+	cache := t.TempDir()
+	_, err := Push(context.Background(), app, plan, PushOptions{Registries: reg, Layers: damagedSources{dir: cache}, CacheDir: t.TempDir()})
+	if err == nil {
+		t.Fatal("a damaged layer was pushed")
+	}
+	var corrupt *CorruptBlobError
+	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "the cached layer "+cache) ||
+		!strings.Contains(err.Error(), "it was removed from the cache; run toa-push again") {
+		t.Fatalf("the error does not name the cache file and what to do: %v", err)
+	}
+	if _, statErr := os.Stat(corrupt.File); !os.IsNotExist(statErr) {
+		t.Errorf("%s is still in the cache", corrupt.File)
+	}
+	if fault.ClassOf(err) != fault.ClassFailed {
+		t.Errorf("class %d", fault.ClassOf(err))
+	}
+	if err := harness.Complete(context.Background(), f.target.Addr); err != nil {
+		t.Errorf("a tag points at an incomplete image: %v", err)
+	}
+}
+
+// A registry that answers DIGEST_INVALID to bytes that match their digest (damaged on the way)
+// is sent them again, and when it keeps answering so the error names the blob.
+func TestRegistryAnswersDigestInvalid(t *testing.T) {
+	f := newFaultRun(t)
+	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.Answer, Status: http.StatusBadRequest, Code: "DIGEST_INVALID"})
+	_, err, _ := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
+	var corrupt *CorruptBlobError
+	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "(the registry answered DIGEST_INVALID)") {
+		t.Fatalf("want the blob named with the registry's answer: %v", err)
+	}
+	if !f.said("sending it again") {
+		t.Errorf("not sent again: %q", f.notices)
 	}
 }

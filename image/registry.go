@@ -225,6 +225,8 @@ type client struct {
 	found     found             // the credentials and where they came from
 	reached   atomic.Bool
 	noMount   atomic.Bool // the registry answered a mount with an upload: it does not mount
+	mountSeen atomic.Bool // a mount was answered: whether the registry mounts is known
+	mountTry  sync.Mutex  // held by the first mount, so that a registry that does not mount is asked once
 	blobs     *blobIndex
 	slots     chan struct{} // blob transfers at once
 }

@@ -373,6 +373,14 @@ func (w *writer) start(ctx context.Context, digest, from string) (location strin
 	u := w.url("/blobs/uploads/")
 	if len(q) > 0 {
 		u += "?" + q.Encode()
+		if !w.c.mountSeen.Load() { // the first mount alone: if the registry does not mount, it is asked once
+			w.c.mountTry.Lock()
+			defer w.c.mountTry.Unlock()
+			if w.c.noMount.Load() {
+				return w.start(ctx, digest, "")
+			}
+			defer w.c.mountSeen.Store(true)
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {

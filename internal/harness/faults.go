@@ -21,8 +21,12 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Faulty is a real registry (Distribution, as Registry starts it) behind a proxy that breaks the
@@ -75,6 +79,7 @@ type Fault struct {
 	Kind       Kind
 	After      int64  // bytes passed before a cut or a stall
 	Status     int    // of an Answer
+	Code       string // of an Answer: the registry's error code; UNAVAILABLE, or TOOMANYREQUESTS for 429, by default
 	RetryAfter string // of an Answer, e.g. "2"
 }
 
@@ -236,9 +241,13 @@ func (f *Faulty) handle(w http.ResponseWriter, r *http.Request) {
 		if fault.RetryAfter != "" {
 			w.Header().Set("Retry-After", fault.RetryAfter)
 		}
-		code := "UNAVAILABLE"
-		if fault.Status == http.StatusTooManyRequests {
+		code := fault.Code
+		switch {
+		case code != "":
+		case fault.Status == http.StatusTooManyRequests:
 			code = "TOOMANYREQUESTS"
+		default:
+			code = "UNAVAILABLE"
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(fault.Status)
@@ -248,11 +257,12 @@ func (f *Faulty) handle(w http.ResponseWriter, r *http.Request) {
 		cut(w)
 		f.Restart()
 	case NoMount:
-		q := r.URL.Query()
+		out := r.Clone(r.Context()) // the recorder keeps the request as it came
+		q := out.URL.Query()
 		q.Del("mount")
 		q.Del("from")
-		r.URL.RawQuery = q.Encode()
-		f.proxy().ServeHTTP(w, r)
+		out.URL.RawQuery = q.Encode()
+		f.proxy().ServeHTTP(w, out)
 	}
 }
 
@@ -456,4 +466,34 @@ func imageComplete(ctx context.Context, repo name.Repository, img v1.Image) erro
 		}
 	}
 	return nil
+}
+
+// PushRandomBase pushes a base of two platforms (linux/amd64, linux/arm64), each of three random
+// layers of 512 KiB, as <addr>/bases/random:test, and returns that reference: for the tests
+// that need layers to move and break, not a node that runs. Its digests differ on every call.
+func PushRandomBase(t testing.TB, addr string) string {
+	t.Helper()
+	var adds []mutate.IndexAddendum
+	for _, p := range []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64", Variant: "v8"}} {
+		img, err := random.Image(512<<10, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = cfg.DeepCopy()
+		cfg.OS, cfg.Architecture, cfg.Variant = p.OS, p.Architecture, p.Variant
+		if img, err = mutate.ConfigFile(img, cfg); err != nil {
+			t.Fatal(err)
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+	ref := addr + "/bases/random:test"
+	if err := remote.WriteIndex(baseRef(t, ref), idx, remote.WithContext(t.Context())); err != nil {
+		t.Fatalf("push the random base %s: %v", ref, err)
+	}
+	return ref
 }

@@ -283,6 +283,13 @@ func (r *Recorder) Reset() {
 	r.requests = nil
 }
 
+// Add records requests, as a copy of what another Recorder saw.
+func (r *Recorder) Add(requests ...Request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.requests = append(r.requests, requests...)
+}
+
 // Requests returns a copy of the requests recorded since the start or the last Reset, in the
 // order their responses were finished.
 func (r *Recorder) Requests() []Request {
