@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -20,6 +19,17 @@ type Declaration struct {
 	// NoProbe is `probe: false`: no workload is probed.
 	NoProbe bool
 	Events  []string // event labels it consumes
+	// References are the Helm charts it asks to be installed with the application (Toa's chart
+	// dependencies): toa-push deploys none, and says so.
+	References []Chart
+}
+
+// Chart is a Helm chart a package asks for, as Toa's Chart.yaml lists its dependencies.
+type Chart struct {
+	Name       string `json:"name"`
+	Version    string `json:"version"`
+	Repository string `json:"repository"`
+	Alias      string `json:"alias"`
 }
 
 // Group is a key's items: "global", or a component's label.
@@ -88,16 +98,22 @@ func (s *Service) FullName() string { return s.Group + "-" + s.Name }
 
 func readDeclaration(data []byte) (*Declaration, error) {
 	var raw struct {
-		Services  []json.RawMessage    `json:"services"`
-		Variables [][2]json.RawMessage `json:"variables"`
-		Mounts    [][2]json.RawMessage `json:"mounts"`
-		Probe     json.RawMessage      `json:"probe"`
-		Events    []string             `json:"events"`
+		Services   []json.RawMessage    `json:"services"`
+		Variables  [][2]json.RawMessage `json:"variables"`
+		Mounts     [][2]json.RawMessage `json:"mounts"`
+		Probe      json.RawMessage      `json:"probe"`
+		Events     []string             `json:"events"`
+		References []Chart              `json:"references"`
 	}
 	if err := strict(data, &raw); err != nil {
 		return nil, err
 	}
-	d := &Declaration{Events: raw.Events}
+	d := &Declaration{Events: raw.Events, References: raw.References}
+	for i, c := range d.References {
+		if c.Name == "" {
+			return nil, fmt.Errorf("references[%d]: a chart needs a name", i)
+		}
+	}
 	for _, pair := range raw.Variables {
 		var key string
 		if err := json.Unmarshal(pair[0], &key); err != nil {
@@ -186,24 +202,33 @@ func readService(data []byte) (*Service, error) {
 			s.Resources = &toa.Resources{None: true}
 		} else {
 			var r struct {
-				CPU    []string `json:"cpu"`
-				Memory []string `json:"memory"`
+				CPU    []json.RawMessage `json:"cpu"`
+				Memory []json.RawMessage `json:"memory"`
 			}
 			if err := strict(rest.Resources, &r); err != nil {
 				return nil, fmt.Errorf("%s: resources: %w", s.FullName(), err)
 			}
 			s.Resources = &toa.Resources{}
 			for _, p := range []struct {
-				pair []string
+				key  string
+				pair []json.RawMessage
 				into **toa.Pair
-			}{{r.CPU, &s.Resources.CPU}, {r.Memory, &s.Resources.Memory}} {
+			}{{"cpu", r.CPU, &s.Resources.CPU}, {"memory", r.Memory, &s.Resources.Memory}} {
 				if p.pair == nil {
 					continue
 				}
 				if len(p.pair) != 2 {
-					return nil, fmt.Errorf("%s: resources: a pair [request, limit], not %d item(s)", s.FullName(), len(p.pair))
+					return nil, fmt.Errorf("%s: resources.%s: a pair [request, limit], not %d item(s)", s.FullName(), p.key, len(p.pair))
 				}
-				*p.into = &toa.Pair{Request: p.pair[0], Limit: p.pair[1]}
+				var quantities [2]string
+				for i, q := range p.pair {
+					v, ok := quantity(q)
+					if !ok {
+						return nil, fmt.Errorf("%s: resources.%s[%d] is %s, not a quantity like 500m or 0.5", s.FullName(), p.key, i, q)
+					}
+					quantities[i] = v
+				}
+				*p.into = &toa.Pair{Request: quantities[0], Limit: quantities[1]}
 			}
 		}
 	}
@@ -227,8 +252,54 @@ func readProbe(data json.RawMessage) (*Probe, bool, error) {
 	return &p, false, nil
 }
 
-// readVariable reads {name, value} or {name, secret}; a number or a boolean value is taken as
-// its text, as the chart's `quote` writes it.
+// quantity reads one side of a resources pair: a string, or a number (`cpu: [0.5, 1]`), which is
+// read as the context's are, by its text.
+func quantity(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, s != ""
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String(), true
+	}
+	return "", false
+}
+
+// chartValue is a variable's value as Toa's chart wrote it: `{{- if .value }} value: {{ .value |
+// quote }}`, of the value Helm read from values.yaml. A false, a zero or an empty string is no
+// value at all (a bare name, an empty variable); true is "true"; any other number is written as
+// Go's %v writes the float64 Helm read, so 1000000 is "1e+06" and 0.5 is "0.5".
+func chartValue(v any) (string, error) {
+	switch x := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return x, nil
+	case bool:
+		if !x {
+			return "", nil
+		}
+		return "true", nil
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return "", err
+		}
+		if f == 0 {
+			return "", nil
+		}
+		return fmt.Sprintf("%v", f), nil
+	}
+	kind := "an object"
+	if _, ok := v.([]any); ok {
+		kind = "a list"
+	}
+	return "", fmt.Errorf("the value is %s, not a string, a number or a boolean", kind)
+}
+
+// readVariable reads {name, value} or {name, secret}; a number or a boolean value is written as
+// Toa's chart wrote it (chartValue).
 func readVariable(data []byte) (Variable, error) {
 	var v Variable
 	if err := strict(data, &v); err != nil {
@@ -240,20 +311,16 @@ func readVariable(data []byte) (Variable, error) {
 	var value struct {
 		Value any `json:"value"`
 	}
-	if err := json.Unmarshal(data, &value); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&value); err != nil {
 		return v, err
 	}
-	switch x := value.Value.(type) {
-	case nil:
-	case string:
-		v.Value = x
-	case float64:
-		v.Value = strconv.FormatFloat(x, 'f', -1, 64)
-	case bool:
-		v.Value = strconv.FormatBool(x)
-	default:
-		return v, fmt.Errorf("%s: the value is not a string", v.Name)
+	text, err := chartValue(value.Value)
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", v.Name, err)
 	}
+	v.Value = text
 	if v.Secret != nil && (v.Secret.Name == "" || v.Secret.Key == "") {
 		return v, fmt.Errorf("%s: a secret needs a name and a key", v.Name)
 	}

@@ -1,14 +1,15 @@
 // Package extension asks a Toa application's extension and connector packages what they deploy.
-// In Toa each package says so itself, in JavaScript, through the deployment(instances,
-// annotation) it exports, so toa-deploy does not re-implement them: a small Node program shipped
-// inside the binary (node.js) loads each package from the application's node_modules, calls it
-// with the values Toa passes, and hands back JSON. This room sits between toa, which reads the
-// application's files and starts no process, and the packages that make images and objects of
-// what the extensions declare.
+// In Toa each package says so itself, in JavaScript, through the manifest(declaration, manifest)
+// and deployment(instances, annotation) it exports, so toa-deploy does not re-implement them: a
+// small Node program shipped inside the binary (node.js) loads each package from the
+// application's node_modules, calls it with the values Toa passes, and hands back JSON. One node
+// process serves a run; with a cache (WithCache) a run that asks what an earlier one asked, of the
+// same packages, starts none. This room sits between toa, which reads the application's files and
+// starts no process, and the packages that make images and objects of what the extensions
+// declare.
 package extension
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -16,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,6 +36,11 @@ type Result struct {
 	// Components are the components the extensions brought (their components()): they run
 	// inside the extensions' services, and take variables like the context's own.
 	Components []*toa.Component
+	// Warnings say what a package declared that toa-push does not deploy, and what to do.
+	Warnings []string
+	// Started is the number of node processes this Resolve started: 0 when every answer came
+	// from the cache.
+	Started int
 }
 
 // Dependency is one package the application depends on, as installed.
@@ -56,6 +61,7 @@ type Option func(*options)
 type options struct {
 	node   string
 	stderr io.Writer
+	cache  string
 }
 
 // WithNode sets the node binary. Default: node on PATH.
@@ -63,6 +69,10 @@ func WithNode(path string) Option { return func(o *options) { o.node = path } }
 
 // WithOutput sets where what the packages print goes. Default: discarded.
 func WithOutput(w io.Writer) Option { return func(o *options) { o.stderr = w } }
+
+// WithCache keeps the packages' answers under dir/extensions (see cache.go), so that a run
+// asking what an earlier one asked, of the same packages, starts no node. Default: no cache.
+func WithCache(dir string) Option { return func(o *options) { o.cache = dir } }
 
 // Resolve works out the application's dependencies as Toa does (reference §1.6): the storages
 // and bindings of the components' manifests, the extensions they name, the services the
@@ -76,20 +86,69 @@ func Resolve(ctx context.Context, app *toa.Application, opts ...Option) (*Result
 	for _, opt := range opts {
 		opt(o)
 	}
-	r := &resolver{ctx: ctx, app: app, o: o, extensions: map[string][]*toa.Component{}, packages: map[string]*inspected{}}
-	return r.resolve()
+	r := &resolver{ctx: ctx, app: app, o: o, extensions: map[string][]*toa.Component{}, packages: map[string]*inspected{},
+		manifests: map[*toa.Component]*object{}}
+	r.conv = &conversation{bridge: &bridge{node: o.node, root: app.Root, output: o.stderr}}
+	var cache *answers
+	if o.cache != "" {
+		cache = &answers{dir: o.cache, node: o.node, root: app.Root}
+		r.conv.lookup = cache.lookup
+	}
+	defer r.conv.bridge.close()
+	res, err := r.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if r.conv.live {
+		res.Started = 1
+		if cache != nil {
+			r.remember(cache)
+		}
+	}
+	return res, nil
 }
 
 type resolver struct {
-	ctx context.Context
-	app *toa.Application
-	o   *options
+	ctx  context.Context
+	app  *toa.Application
+	o    *options
+	conv *conversation
 
 	order      []string // the extensions, in the order Toa meets them
 	extensions map[string][]*toa.Component
 	packages   map[string]*inspected
 	extracted  []*toa.Component
 	loaded     []*toa.Component // the extensions' components, as they are read
+	// manifests are the components' extension sections as the packages' manifest() left them
+	manifests map[*toa.Component]*object
+	dirs      []string // the folders of the packages the answers came from
+}
+
+// remember stores this run's conversation in the cache, with the folders of the packages it
+// read and of what they depend on. It is done after the work, and a failure only costs the next
+// run a node process.
+func (r *resolver) remember(cache *answers) {
+	req, err := json.Marshal(map[string]any{"op": "closure", "root": r.app.Root, "dirs": r.dirs})
+	if err != nil {
+		return
+	}
+	line, err := r.conv.bridge.exchange(r.ctx, req)
+	if err != nil {
+		return
+	}
+	var answer struct {
+		Dirs []string `json:"dirs"`
+	}
+	if json.Unmarshal(line, &answer) != nil || len(answer.Dirs) == 0 {
+		return
+	}
+	cache.store(r.conv.recorded, answer.Dirs)
+}
+
+func (r *resolver) addDir(dir string) {
+	if dir != "" && !slices.Contains(r.dirs, dir) {
+		r.dirs = append(r.dirs, dir)
+	}
 }
 
 func (r *resolver) resolve() (*Result, error) {
@@ -97,6 +156,9 @@ func (r *resolver) resolve() (*Result, error) {
 		return &Result{}, nil
 	}
 	if err := r.checkInstalled(); err != nil {
+		return nil, err
+	}
+	if err := r.normalize(r.app.Components); err != nil {
 		return nil, err
 	}
 	// what the compositions list first: an extension no component names has components all the same
@@ -120,6 +182,9 @@ func (r *resolver) resolve() (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.normalize(components); err != nil {
+		return nil, err
+	}
 	from := append(append([]*toa.Component(nil), r.app.Components...), components...)
 	for len(from) > 0 {
 		var refs []string
@@ -132,6 +197,9 @@ func (r *resolver) resolve() (*Result, error) {
 		}
 		more, err := r.extract(refs, nil)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.normalize(more); err != nil {
 			return nil, err
 		}
 		components = append(components, more...)
@@ -231,8 +299,7 @@ func (r *resolver) extract(refs []string, wrap func(string, error) error) ([]*to
 		}
 		r.extensions[ref] = nil
 		r.order = append(r.order, ref)
-		annotation, _ := r.app.Annotation(ref)
-		ask = append(ask, inspectRef{Reference: ref, Annotation: annotation})
+		ask = append(ask, inspectRef{Reference: ref, Annotation: r.annotation(ref)})
 	}
 	if len(ask) == 0 {
 		return nil, nil
@@ -246,6 +313,7 @@ func (r *resolver) extract(refs []string, wrap func(string, error) error) ([]*to
 	var out []*toa.Component
 	for _, p := range answer.Packages {
 		r.packages[p.Reference] = p
+		r.addDir(p.Dir)
 		for _, dir := range p.Components {
 			c, err := toa.LoadComponent(dir)
 			if err != nil {
@@ -258,9 +326,28 @@ func (r *resolver) extract(refs []string, wrap func(string, error) error) ([]*to
 	return out, nil
 }
 
+// annotation is the context's annotation of a package, its keys in the file's order; nil when
+// the context has none.
+func (r *resolver) annotation(pkg string) json.RawMessage {
+	for _, a := range r.app.Annotations {
+		if a.Package != pkg {
+			continue
+		}
+		if a.Raw != nil {
+			return a.Raw
+		}
+		data, err := json.Marshal(a.Value)
+		if err != nil {
+			return nil
+		}
+		return data
+	}
+	return nil
+}
+
 type inspectRef struct {
-	Reference  string `json:"reference"`
-	Annotation any    `json:"annotation,omitempty"`
+	Reference  string          `json:"reference"`
+	Annotation json.RawMessage `json:"annotation,omitempty"`
 }
 
 type inspected struct {
@@ -271,18 +358,81 @@ type inspected struct {
 	Components []string `json:"components"`
 }
 
+// normalize is Toa's extensions(manifest) for the components as they are read: each extension
+// they use, the predefined ones first, turns its section through the manifest() it exports. What
+// it returns is the section its deployment() is handed as `instance.manifest`.
+func (r *resolver) normalize(components []*toa.Component) error {
+	type section struct {
+		Reference   string          `json:"reference"`
+		Declaration json.RawMessage `json:"declaration"`
+	}
+	type request struct {
+		ID         string    `json:"id"`
+		Manifest   *object   `json:"manifest"`
+		Extensions []section `json:"extensions"`
+	}
+	if len(components) == 0 {
+		return nil
+	}
+	reqs := make([]request, 0, len(components))
+	for _, c := range components {
+		rq := request{ID: c.Locator.ID, Manifest: r.describe(c)}
+		for _, ref := range extensionsOf(c) {
+			decl := json.RawMessage("null")
+			for _, e := range c.Extensions {
+				if e.Package == ref {
+					decl = rawOf(e)
+				}
+			}
+			rq.Extensions = append(rq.Extensions, section{ref, decl})
+		}
+		reqs = append(reqs, rq)
+	}
+	var answer struct {
+		Components []struct {
+			ID         string `json:"id"`
+			Extensions []struct {
+				Reference   string          `json:"reference"`
+				Declaration json.RawMessage `json:"declaration"`
+			} `json:"extensions"`
+		} `json:"components"`
+	}
+	if err := r.run(map[string]any{"op": "manifests", "root": r.app.Root, "components": reqs}, &answer, nil); err != nil {
+		return err
+	}
+	for i, c := range answer.Components {
+		sections := newObject()
+		for _, e := range c.Extensions {
+			sections.set(e.Reference, e.Declaration)
+		}
+		r.manifests[components[i]] = sections
+	}
+	return nil
+}
+
+func rawOf(a toa.Annotation) json.RawMessage {
+	if a.Raw != nil {
+		return a.Raw
+	}
+	data, err := json.Marshal(a.Value)
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return data
+}
+
 func (r *resolver) deploy(refs []string, users map[string][]*toa.Component, all []*toa.Component) (*Result, error) {
 	type request struct {
 		Reference string   `json:"reference"`
 		Instances []string `json:"instances"`
 	}
-	components := map[string]any{}
+	components := newObject()
 	for _, c := range all {
-		components[c.Locator.ID] = describe(c)
+		components.set(c.Locator.ID, r.describe(c))
 	}
-	annotations := map[string]any{}
+	annotations := newObject()
 	for _, a := range r.app.Annotations {
-		annotations[a.Package] = a.Value
+		annotations.set(a.Package, rawOf(a))
 	}
 	deps := make([]request, 0, len(refs))
 	for _, ref := range refs {
@@ -305,6 +455,7 @@ func (r *resolver) deploy(refs []string, users map[string][]*toa.Component, all 
 	}
 	res := &Result{Components: r.extracted}
 	for _, a := range answer.Dependencies {
+		r.addDir(a.Dir)
 		d := &Dependency{Reference: a.Reference, Name: a.Name, Version: a.Version, Dir: a.Dir,
 			Instances: users[a.Reference], Standalone: a.Standalone}
 		if len(a.Declaration) > 0 && string(a.Declaration) != "null" {
@@ -315,121 +466,151 @@ func (r *resolver) deploy(refs []string, users map[string][]*toa.Component, all 
 					Hint:    "the package is not what Toa expects here: check its version, or report it to its authors"}
 			}
 			d.Declaration = decl
+			res.Warnings = append(res.Warnings, charts(a.Reference, decl.References)...)
 		}
 		res.Dependencies = append(res.Dependencies, d)
 	}
 	return res, nil
 }
 
-// Predefined are the extensions Toa's norm adds to every component that does not name them.
-// Toa adds fetch too, which declares nothing for a deployment, and later introspection, which
-// Toa 289 did not have: neither is asked for here.
+// charts says what to do about the Helm charts a package asks to be installed with the
+// application (Toa's chart dependencies): toa-push deploys none, and the rest of the application
+// is deployed without them.
+func charts(ref string, charts []Chart) []string {
+	var out []string
+	for _, c := range charts {
+		from := ""
+		if c.Repository != "" {
+			from = " from " + c.Repository
+		}
+		name := c.Name
+		if c.Alias != "" {
+			name = c.Alias
+		}
+		out = append(out, fmt.Sprintf("%s asks for the Helm chart %s %s%s, which Toa installed as a dependency of the "+
+			"application's chart: toa-push deploys no Helm charts, so install it yourself before toa-apply "+
+			"(helm install %s %s --version %s), or deploy what it provides another way", ref, c.Name, c.Version, from,
+			name, chartRef(c), c.Version))
+	}
+	return out
+}
+
+func chartRef(c Chart) string {
+	switch {
+	case c.Repository == "":
+		return c.Name
+	case strings.HasPrefix(c.Repository, "oci://"):
+		return strings.TrimSuffix(c.Repository, "/") + "/" + c.Name
+	case strings.HasPrefix(c.Repository, "@"), strings.HasPrefix(c.Repository, "alias:"):
+		return strings.TrimPrefix(strings.TrimPrefix(c.Repository, "alias:"), "@") + "/" + c.Name
+	}
+	return c.Name + " --repo " + c.Repository
+}
+
+// Predefined are the extensions Toa's norm adds to every component, before the ones its manifest
+// names (runtime/norm/src/.component/extensions.js: Object.assign({}, PREDEFINED, ...)). Later
+// versions add fetch, which declares nothing for a deployment, and introspection, which Toa 289
+// did not have: neither is asked for here.
 var Predefined = []string{"@toa.io/extensions.telemetry"}
 
-// extensionsOf are the extensions a component uses: the ones its manifest names, then the
-// predefined ones.
+// extensionsOf are the extensions a component uses, in the order Toa's norm leaves them: the
+// predefined ones, then the ones its manifest names.
 func extensionsOf(c *toa.Component) []string {
-	var out []string
+	out := slices.Clone(Predefined)
 	for _, e := range c.Extensions {
-		out = append(out, e.Package)
-	}
-	for _, p := range Predefined {
-		if !slices.Contains(out, p) {
-			out = append(out, p)
+		if !slices.Contains(out, e.Package) {
+			out = append(out, e.Package)
 		}
 	}
 	return out
 }
 
-// describe is a component as Toa's norm hands it to extensions: its manifest, its locator, and
-// the connectors it uses with the defaults in place.
-func describe(c *toa.Component) map[string]any {
-	out := map[string]any{}
-	for k, v := range c.Values {
-		out[k] = v
-	}
-	out["name"], out["namespace"], out["version"], out["path"] = c.Name, c.Namespace, c.Version, c.Path
-	out["locator"] = map[string]string{"name": c.Name, "namespace": c.Namespace, "id": c.Locator.ID,
-		"label": c.Locator.Label, "uppercase": c.Locator.Uppercase}
-	extensions := map[string]any{}
-	for _, e := range c.Extensions {
-		extensions[e.Package] = e.Value
-	}
-	out["extensions"] = extensions
-	if c.Storage != "" {
-		entity, _ := out["entity"].(map[string]any)
-		copied := map[string]any{}
-		for k, v := range entity {
-			copied[k] = v
+// describe is a component as Toa's norm hands it to extensions: its manifest, in the file's key
+// order, completed with its locator, its name and namespace, its version and folder, its extension
+// sections (as their manifest() left them, once it has run), the storage and receivers with
+// Toa's defaults in place, and the operations its code and prototype declare.
+func (r *resolver) describe(c *toa.Component) *object {
+	out := parseObject(c.Raw)
+	out.set("name", c.Name)
+	out.set("namespace", c.Namespace)
+	out.set("version", c.Version)
+	out.set("path", c.Path)
+	out.set("locator", map[string]string{"name": c.Name, "namespace": c.Namespace, "id": c.Locator.ID,
+		"label": c.Locator.Label, "uppercase": c.Locator.Uppercase})
+	if sections, ok := r.manifests[c]; ok {
+		out.set("extensions", sections)
+	} else {
+		sections := newObject()
+		for _, e := range c.Extensions {
+			sections.set(e.Package, rawOf(e))
 		}
-		copied["storage"] = c.Storage
-		out["entity"] = copied
+		out.set("extensions", sections)
+	}
+	if c.Storage != "" {
+		raw, _ := out.get("entity")
+		entity := parseObject(raw)
+		entity.set("storage", c.Storage)
+		out.set("entity", entity)
+	}
+	if len(c.Operations) > 0 {
+		// Toa's norm makes every operation a declaration (`transit: ~` is {}), and adds those of
+		// the component's code and prototype
+		raw, _ := out.get("operations")
+		ops := parseObject(raw)
+		for _, name := range c.Operations {
+			if v, ok := ops.get(name); !ok || string(v) == "null" {
+				ops.set(name, json.RawMessage("{}"))
+			}
+		}
+		out.set("operations", ops)
 	}
 	if len(c.Receivers) > 0 {
-		receivers := map[string]any{}
-		raw, _ := out["receivers"].(map[string]any)
+		raw, _ := out.get("receivers")
+		given := parseObject(raw)
+		receivers := newObject()
 		for _, rc := range c.Receivers {
-			m := map[string]any{}
-			if given, ok := raw[rc.Event].(map[string]any); ok {
-				for k, v := range given {
-					m[k] = v
-				}
-			} else if op, ok := raw[rc.Event].(string); ok {
-				m["operation"] = op
+			v, ok := given.get(rc.Event)
+			if !ok {
+				v, ok = given.get(strings.TrimPrefix(rc.Event, "default."))
 			}
-			receivers[rc.Event] = m
+			var op string
+			switch {
+			case !ok:
+				receivers.set(rc.Event, json.RawMessage("{}"))
+			case json.Unmarshal(v, &op) == nil:
+				receivers.set(rc.Event, map[string]string{"operation": op})
+			default:
+				receivers.set(rc.Event, parseObject(v))
+			}
 		}
-		out["receivers"] = receivers
+		out.set("receivers", receivers)
 	}
 	return out
 }
 
-// run runs the program with one request, and decodes its answer.
+// run asks the packages one question, and decodes the answer.
 func (r *resolver) run(request any, answer any, wrap func(string, error) error) error {
 	in, err := json.Marshal(request)
 	if err != nil {
 		return fmt.Errorf("ask the extensions: %w", err)
 	}
-	pr, pw, err := os.Pipe()
+	out, err := r.conv.ask(r.ctx, in)
 	if err != nil {
 		return err
-	}
-	defer pr.Close()
-	cmd := exec.CommandContext(r.ctx, r.o.node, "-e", program)
-	cmd.Dir = r.app.Root
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stdout = r.o.stderr
-	cmd.Stderr = io.MultiWriter(r.o.stderr, &stderr)
-	cmd.ExtraFiles = []*os.File{pw}
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		if errors.Is(err, exec.ErrNotFound) {
-			return fmt.Errorf("ask the extensions what they deploy: %s is not on PATH: toa-push runs node to read the application's extension packages", r.o.node)
-		}
-		return fmt.Errorf("ask the extensions what they deploy: %w", err)
-	}
-	pw.Close()
-	out, readErr := io.ReadAll(pr)
-	waitErr := cmd.Wait()
-	if readErr != nil {
-		return readErr
-	}
-	if waitErr != nil || len(out) == 0 {
-		return fmt.Errorf("ask the extensions what they deploy: node failed (%v):\n%s", waitErr, indent(stderr.String()))
 	}
 	var failure struct {
 		Error *struct {
 			Reference string `json:"reference"`
 			Stage     string `json:"stage"`
 			Message   string `json:"message"`
+			Component string `json:"component"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(out, &failure); err != nil {
 		return fmt.Errorf("ask the extensions what they deploy: %w", err)
 	}
 	if f := failure.Error; f != nil {
-		err := r.failure(f.Reference, f.Stage, f.Message)
+		err := r.failure(f.Reference, f.Stage, f.Message, f.Component)
 		if wrap != nil {
 			return wrap(f.Reference, err)
 		}
@@ -438,8 +619,9 @@ func (r *resolver) run(request any, answer any, wrap func(string, error) error) 
 	return json.Unmarshal(out, answer)
 }
 
-func (r *resolver) failure(ref, stage, message string) error {
+func (r *resolver) failure(ref, stage, message, component string) error {
 	e := &fault.Input{File: r.app.File, Message: ref + ": " + message}
+	c := r.component(component)
 	switch stage {
 	case "missing":
 		e.Message = fmt.Sprintf("'%s' is not installed in the context's node_modules", ref)
@@ -452,12 +634,48 @@ func (r *resolver) failure(ref, stage, message string) error {
 		}
 	case "load":
 		e.Hint = "reinstall it with `npm install`, or check that it is the version the application needs"
+	case "manifest":
+		// Toa reads a component's sections as it loads the component: the error is the manifest's
+		if c != nil {
+			e.File, e.Key = c.Manifest, sectionKey(c, ref)
+		}
+		e.Hint = "the component's section of the extension is likely what it refuses: see the extension's documentation"
 	case "call":
 		e.Hint = "the context's annotation of the package (or a manifest's section of it) is likely what it refuses"
 	case "output":
 		e.Hint = "the package is not what Toa expects here: check its version, or report it to its authors"
 	}
 	return e
+}
+
+// component finds a component of the context, or one an extension brought, by its id.
+func (r *resolver) component(id string) *toa.Component {
+	if id == "" {
+		return nil
+	}
+	for _, c := range append(append([]*toa.Component(nil), r.app.Components...), r.loaded...) {
+		if c.Locator.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// sectionKey is where a manifest gives an extension its section: a top-level key, or one of
+// `extensions`; "" for a predefined extension it does not name.
+func sectionKey(c *toa.Component, ref string) string {
+	short := strings.TrimPrefix(ref, "@toa.io/extensions.")
+	if _, ok := c.Values[short]; ok && short != ref {
+		return short
+	}
+	if ext, ok := c.Values["extensions"].(map[string]any); ok {
+		for _, k := range []string{ref, short} {
+			if _, ok := ext[k]; ok {
+				return "extensions." + k
+			}
+		}
+	}
+	return ""
 }
 
 // users names the components that use a package, for a message.
@@ -469,9 +687,4 @@ func (r *resolver) users(ref string) string {
 		}
 	}
 	return strings.Join(ids, ", ")
-}
-
-func indent(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
 }

@@ -1,53 +1,77 @@
 'use strict'
 
-// toa-deploy's bridge to a Toa application's extension and connector packages. toa-push runs it
-// with `node -e`, writes one request as JSON on standard input and reads one answer as JSON from
-// file descriptor 3: standard output and standard error are the packages' own, for whatever
-// they log. It loads each package from the application's node_modules, as Toa's
+// toa-deploy's bridge to a Toa application's extension and connector packages. toa-push starts it
+// once per run with `node -e` and keeps it for the run: it writes one request per line, as JSON,
+// on standard input, and reads one answer per line, as JSON, from file descriptor 3; standard
+// output and standard error are the packages' own, for whatever they log. The process ends when
+// its standard input does. It loads each package from the application's node_modules, as Toa's
 // `definition(reference)` does, and calls what the package exports, with the values Toa passes:
 //
 //   {op: 'inspect', root, references: [{reference, annotation}]}
 //     → {packages: [{reference, name, dir, version, exports, components: [path]}]}
 //     `components(annotation)` is called where it is exported (Toa's extract()).
+//   {op: 'manifests', root, components: [{id, manifest, extensions: [{reference, declaration}]}]}
+//     → {components: [{id, extensions: [{reference, name, declaration}]}]}
+//     Toa's norm, for each component it loads: every extension's `manifest(declaration,
+//     manifest)`, where it exports one, turns the component's section into what the extension's
+//     deployment() is handed as `instance.manifest` (storages makes `tmp` a list of one).
 //   {op: 'deploy', root, annotations, components: {id: component}, dependencies: [{reference, instances: [id]}]}
 //     → {dependencies: [{reference, name, dir, version, standalone, declaration}]}
 //     Toa's resolve() and Factory: instances {locator, manifest, component}, `annotation()` where
 //     the context annotates the package, the standalone packages among the annotations' keys,
 //     then `deployment(instances, annotation)` of each.
+//   {op: 'closure', root, dirs: [dir]} → {dirs: [dir]}
+//     The folders of the packages given and of everything they depend on, as node resolves
+//     them: what an answer of this run depends on, for toa-push's cache of the answers.
 //
-// A failure is {error: {reference, stage, message}}: stage 'missing' (not installed), 'load'
-// (it cannot be loaded), 'call' (what it exports threw) or 'output' (what it returned cannot
-// be read). No dependencies: it runs with any node the application's packages run with.
+// A failure is {error: {reference, stage, message, component}}: stage 'missing' (not
+// installed), 'load' (it cannot be loaded), 'manifest' (its manifest() threw, for the
+// component named), 'call' (something else it exports threw) or 'output' (what it returned
+// cannot be read). No dependencies: it runs with any node the application's packages run with.
 
 const { createRequire } = require('node:module')
-const { existsSync, readFileSync, writeSync } = require('node:fs')
+const { existsSync, readFileSync, realpathSync, writeSync } = require('node:fs')
 const { dirname, isAbsolute, join, resolve } = require('node:path')
 const { pathToFileURL } = require('node:url')
+const { createInterface } = require('node:readline')
 
 class Failure extends Error {
-  constructor (reference, stage, message) {
+  constructor (reference, stage, message, component) {
     super(message)
     this.reference = reference
     this.stage = stage
+    this.component = component
   }
 }
 
+const definitions = new Map()
+
 async function main () {
-  const request = JSON.parse(readFileSync(0, 'utf8'))
+  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity })
+
+  for await (const line of lines) {
+    if (line === '') continue
+
+    writeSync(3, JSON.stringify(await serve(JSON.parse(line))) + '\n')
+  }
+}
+
+async function serve (request) {
   const req = createRequire(join(request.root, 'package.json'))
-  let answer
 
   try {
-    if (request.op === 'inspect') answer = await inspect(req, request)
-    else if (request.op === 'deploy') answer = await deploy(req, request)
-    else throw new Error(`unknown request '${request.op}'`)
+    switch (request.op) {
+      case 'inspect': return await inspect(req, request)
+      case 'manifests': return await manifests(req, request)
+      case 'deploy': return await deploy(req, request)
+      case 'closure': return closure(request)
+      default: throw new Error(`unknown request '${request.op}'`)
+    }
   } catch (error) {
     if (!(error instanceof Failure)) throw error
 
-    answer = { error: { reference: error.reference, stage: error.stage, message: error.message } }
+    return { error: { reference: error.reference, stage: error.stage, message: error.message, component: error.component } }
   }
-
-  writeSync(3, JSON.stringify(answer))
 }
 
 async function inspect (req, { references }) {
@@ -59,6 +83,7 @@ async function inspect (req, { references }) {
 
     if (typeof definition.module.components === 'function') {
       const answer = call(reference, 'components()', () => definition.module.components(annotation))
+
       entry.components = paths(reference, definition.dir, answer)
     }
 
@@ -66,6 +91,47 @@ async function inspect (req, { references }) {
   }
 
   return { packages }
+}
+
+// Toa's extensions(manifest) of runtime/norm/src/.component/extensions.js: each extension's
+// manifest() hook, in the component's order, the predefined ones first
+async function manifests (req, request) {
+  const components = []
+
+  for (const { id, manifest, extensions } of request.components) {
+    const out = []
+
+    for (const { reference, declaration } of extensions) {
+      let definition
+
+      try {
+        definition = await define(req, reference)
+      } catch (error) {
+        if (error instanceof Failure) error.component = id
+
+        throw error
+      }
+
+      let value = declaration
+
+      if (typeof definition.module.manifest === 'function') {
+        try {
+          value = definition.module.manifest(declaration, manifest)
+        } catch (error) {
+          throw new Failure(reference, 'manifest', `manifest() threw: ${first(error)}`, id)
+        }
+
+        if (value === undefined)
+          throw new Failure(reference, 'manifest', `Extension '${reference}' hasn't returned manifest`, id)
+      }
+
+      out.push({ reference, name: definition.name, declaration: plain(reference, value, 'manifest()') })
+    }
+
+    components.push({ id, extensions: out })
+  }
+
+  return { components }
 }
 
 async function deploy (req, request) {
@@ -124,9 +190,45 @@ async function deploy (req, request) {
   return { dependencies: out }
 }
 
+// the packages' folders and those of everything they depend on, transitively
+function closure ({ dirs }) {
+  const seen = new Set()
+  const queue = dirs.map((dir) => realpathSync(dir))
+
+  while (queue.length > 0) {
+    const dir = queue.shift()
+
+    if (seen.has(dir)) continue
+
+    seen.add(dir)
+
+    let pkg
+
+    try {
+      pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
+    } catch {
+      continue
+    }
+
+    const req = createRequire(join(dir, 'package.json'))
+    const names = { ...pkg.dependencies, ...pkg.optionalDependencies, ...pkg.peerDependencies }
+
+    for (const name of Object.keys(names)) {
+      const file = find(req, name)
+
+      if (file !== null) queue.push(realpathSync(dirname(file)))
+    }
+  }
+
+  return { dirs: [...seen].sort() }
+}
+
 // what Toa's definition(reference) finds: the package's name and module, from the context
 async function define (req, reference) {
   const file = locate(req, reference)
+
+  if (definitions.has(file)) return { ...definitions.get(file), reference }
+
   const dir = dirname(file)
   let pkg
 
@@ -144,24 +246,37 @@ async function define (req, reference) {
     throw new Failure(reference, 'load', `cannot be loaded: ${first(error)}`)
   }
 
-  return { reference, name: pkg.name ?? reference, version: pkg.version, dir, module }
+  const definition = { reference, name: pkg.name ?? reference, version: pkg.version, dir, module }
+
+  definitions.set(file, definition)
+
+  return definition
 }
 
 function locate (req, reference) {
+  const file = find(req, reference)
+
+  if (file === null) throw new Failure(reference, 'missing', `cannot find ${reference}/package.json`)
+
+  return file
+}
+
+// a package's package.json, or null; one whose `exports` leaves its package.json out is found
+// where node would find it
+function find (req, name) {
   try {
-    return req.resolve(join(reference, 'package.json'))
+    return req.resolve(join(name, 'package.json'))
   } catch (error) {
-    if (error.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED') throw new Failure(reference, 'missing', first(error))
+    if (error.code !== 'ERR_PACKAGE_PATH_NOT_EXPORTED' && error.code !== 'MODULE_NOT_FOUND') throw error
   }
 
-  // a package whose `exports` leaves its package.json out is found where node would find it
-  for (const dir of req.resolve.paths(reference) ?? []) {
-    const file = join(dir, reference, 'package.json')
+  for (const dir of req.resolve.paths(name) ?? []) {
+    const file = join(dir, name, 'package.json')
 
     if (existsSync(file)) return file
   }
 
-  throw new Failure(reference, 'missing', `cannot find ${reference}/package.json`)
+  return null
 }
 
 async function load (req, reference, dir, pkg) {
@@ -191,7 +306,7 @@ function entry (pkg) {
 function describe ({ reference, name, version, dir, module }) {
   const exports = {}
 
-  for (const key of ['deployment', 'annotation', 'components']) exports[key] = typeof module[key] === 'function'
+  for (const key of ['deployment', 'annotation', 'components', 'manifest']) exports[key] = typeof module[key] === 'function'
 
   exports.standalone = module.standalone === true
 
@@ -238,12 +353,18 @@ function normalize (reference, declaration) {
     out[key] = Object.entries(value)
   }
 
-  for (const key of ['services', 'probe', 'events', 'references']) if (declaration[key] !== undefined) out[key] = declaration[key]
+  for (const key of ['services', 'probe', 'events', 'references', 'proxies']) if (declaration[key] !== undefined) out[key] = declaration[key]
+
+  return plain(reference, out, 'deployment()')
+}
+
+function plain (reference, value, what) {
+  if (value === undefined) return null
 
   try {
-    return JSON.parse(JSON.stringify(out))
+    return JSON.parse(JSON.stringify(value))
   } catch (error) {
-    throw new Failure(reference, 'output', `deployment() returned what cannot be written as JSON: ${error.message}`)
+    throw new Failure(reference, 'output', `${what} returned what cannot be written as JSON: ${error.message}`)
   }
 }
 

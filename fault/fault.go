@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // Input is a mistake in what the user gave: a file of the application, a flag, a kustomization.
@@ -26,30 +27,94 @@ type Input struct {
 
 func (e *Input) Unwrap() error { return e.Err }
 
+// Error reads like a compiler's message. What came from the user's files (a file name, a key, a
+// value quoted in the message) may hold control characters: they are escaped, so that nothing a
+// file holds can move the cursor, recolour or rewrite a terminal or a CI log.
 func (e *Input) Error() string {
 	var b strings.Builder
 	if e.File != "" {
-		b.WriteString(DisplayPath(e.File))
+		b.WriteString(Printable(DisplayPath(e.File)))
 		if e.Line > 0 {
 			fmt.Fprintf(&b, ":%d", e.Line)
 		}
 		b.WriteString(": ")
 	}
 	if e.Key != "" {
-		b.WriteString(e.Key)
+		b.WriteString(Printable(e.Key))
 		b.WriteString(": ")
 	}
 	switch {
 	case e.Message != "":
-		b.WriteString(e.Message)
+		b.WriteString(printableLines(e.Message))
 	case e.Err != nil:
-		b.WriteString(e.Err.Error())
+		b.WriteString(printableLines(e.Err.Error()))
 	}
 	if e.Hint != "" {
 		b.WriteString("\n  ")
-		b.WriteString(e.Hint)
+		b.WriteString(printableLines(e.Hint))
 	}
 	return b.String()
+}
+
+// Printable escapes what a terminal would act on instead of showing: control characters (C0, DEL,
+// C1), the marks that reorder text right to left, and bytes that are not UTF-8, as Go writes them
+// in a string literal ("\x1b", "\n", "\u202e", "\xff"). Anything else is left as it is.
+func Printable(s string) string { return escape(s, false) }
+
+// printableLines is Printable keeping newlines and tabs: a message of several lines stays one.
+func printableLines(s string) string { return escape(s, true) }
+
+func escape(s string, keepLines bool) string {
+	if !needsEscape(s, keepLines) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case keepLines && (r == '\n' || r == '\t'):
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString("\\n")
+		case r == '\t':
+			b.WriteString("\\t")
+		case r == '\r':
+			b.WriteString("\\r")
+		case isUnprintable(r) && r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case isUnprintable(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func needsEscape(s string, keepLines bool) bool {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || (isUnprintable(r) && !(keepLines && (r == '\n' || r == '\t'))) {
+			return true
+		}
+		i += size
+	}
+	return false
+}
+
+// isUnprintable is true of C0 and C1 control characters, DEL, and the bidirectional formatting
+// characters that can make a line read otherwise than it is.
+func isUnprintable(r rune) bool {
+	switch {
+	case r < 0x20, r >= 0x7f && r < 0xa0:
+		return true
+	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
+		return true
+	}
+	return false
 }
 
 // BadInput marks err as a mistake in the user's input. It returns nil for nil.

@@ -51,3 +51,24 @@ func TestInputMessage(t *testing.T) {
 		t.Error("nil became an error")
 	}
 }
+
+func TestControlCharactersEscaped(t *testing.T) {
+	cases := []struct {
+		err  *Input
+		want string
+	}{
+		{&Input{File: "context.toa.yaml", Line: 1, Key: "name", Message: "'sh\x1b[31mop' is not a valid context name"},
+			`context.toa.yaml:1: name: 'sh\x1b[31mop' is not a valid context name`},
+		{&Input{File: "comp\x07/manifest.toa.yaml", Key: "a\rb\nc", Message: "m"}, `comp\x07/manifest.toa.yaml: a\rb\nc: m`},
+		{&Input{Message: "two\n    lines\tand \u202eevil \x9b \xff", Hint: "h\x00"}, "two\n    lines\tand \\u202eevil \\x9b \\xff\n  h\\x00"},
+		{&Input{Message: "plain: café, 東京"}, "plain: café, 東京"},
+	}
+	for _, c := range cases {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
+	if got := Printable("a\nb\tc\x7f"); got != `a\nb\tc\x7f` {
+		t.Errorf("Printable: %q", got)
+	}
+}

@@ -19,6 +19,11 @@ type Destination interface {
 	// Write puts the index and everything it holds under ref, the tag last, so that a failed
 	// write leaves no tag on an incomplete image. It returns what it sent, also on failure.
 	Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent, error)
+	// WriteManifest puts one image manifest and its blobs under ref (a tag or a digest): what
+	// is attached to an image (attach.go).
+	WriteManifest(ctx context.Context, ref string, img v1.Image) (Sent, error)
+	// Manifest returns the image manifest under ref, or nil when the destination lacks it.
+	Manifest(ctx context.Context, ref string) (v1.Image, error)
 }
 
 // Sent is what a write cost: the bytes sent (to a registry) or written (to a layout), and the

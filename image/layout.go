@@ -54,9 +54,10 @@ type Layout struct {
 
 // LayoutEntry is one index of a layout.
 type LayoutEntry struct {
-	Reference   string // where it is pushed: "registry.internal/shop/composition-front:1a2b3c4d"
-	Digest      string
-	Annotations map[string]string
+	Reference    string // where it is pushed: "registry.internal/shop/composition-front:1a2b3c4d"
+	Digest       string
+	Annotations  map[string]string
+	ArtifactType string // of an attachment (Attachments), "" for an image
 }
 
 // Repository is the entry's reference without its tag.
@@ -494,6 +495,38 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 	}
 	if err := copyAll(deps); err != nil {
 		return nil, err
+	}
+	// what is attached to the images the registry lacks goes before their tags
+	attachments, err := l.Attachments()
+	if err != nil {
+		return nil, err
+	}
+	if len(attachments) > 0 {
+		lacking := map[string]bool{}
+		for _, e := range apps {
+			have, err := dest.Digest(ctx, e.Reference)
+			if err != nil {
+				return nil, err
+			}
+			if have != e.Digest {
+				lacking[e.Repository()] = true
+			}
+		}
+		for _, a := range attachments {
+			if !lacking[a.Repository()] {
+				continue
+			}
+			for _, p := range result.Images {
+				if p.Repository == a.Repository() {
+					p.Attachments = append(p.Attachments, Attachment{Kind: attachmentKind(a), Digest: a.Digest,
+						MediaType: a.ArtifactType, Reference: a.Reference})
+				}
+			}
+		}
+		opts.Events(Event{"attachments", fmt.Sprintf("pushing what is attached to %d images", len(lacking))})
+		if err := pushAttachments(ctx, l, dest, lacking); err != nil {
+			return nil, err
+		}
 	}
 	if err := copyAll(apps); err != nil {
 		return nil, err

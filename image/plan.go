@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -268,9 +267,13 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 			if file == "" {
 				continue
 			}
-			data, err := os.ReadFile(file)
+			limit := int64(toa.MaxPackageSize)
+			if file == c.PackageLock {
+				limit = toa.MaxLockSize
+			}
+			data, err := toa.ReadFile(file, limit)
 			if err != nil {
-				return "", fmt.Errorf("read %s: %w", file, err)
+				return "", err
 			}
 			io.WriteString(h, c.Locator.Label)
 			io.WriteString(h, path.Base(file))

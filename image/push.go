@@ -29,6 +29,9 @@ type PushOptions struct {
 	Libc        string // the bases' libc when the user gives it; found in their layers otherwise
 	CacheDir    string // where what was learnt of a base (its libc) is kept
 	Events      func(Event)
+	// Attach, when set, attaches documents (SBOMs, provenance, signatures) to each image built,
+	// before its tag is written. Images the destination already has are left as they are.
+	Attach Attacher
 }
 
 // Event is a step of a push, for the progress display.
@@ -56,6 +59,9 @@ type Pushed struct {
 	// Copied is true when PushLayout sent the image from an OCI layout to a registry that
 	// lacked it.
 	Copied bool `json:"copied,omitempty"`
+	// Attachments are what was attached to the image when it was built (PushOptions.Attach) or
+	// pushed from a layout.
+	Attachments []Attachment `json:"attachments,omitempty"`
 }
 
 // Reference is the image's reference pinned by digest.
@@ -206,6 +212,9 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	// the index says what the dependencies index says of the base: where it was read
 	idx, err := index(images, deps.targets, deps.annotations)
 	if err != nil {
+		return err
+	}
+	if err := b.attach(ctx, img, idx, images, deps.targets, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)

@@ -176,5 +176,8 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 	if err != nil {
 		return err
 	}
+	if err := b.attach(ctx, img, idx, images, targets, pushed, &sent); err != nil {
+		return err
+	}
 	return b.publish(ctx, img, idx, pushed, &sent)
 }

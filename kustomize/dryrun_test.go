@@ -50,10 +50,7 @@ func TestServerSideDryRun(t *testing.T) {
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	namespace := testNamespace(t, cfg)
 
-	dirs := []string{filepath.Join("testdata", "overlay")}
-	for _, tc := range goldenCases {
-		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env, tc.mono)))
-	}
+	dirs := writtenDirs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, dir := range dirs {

@@ -17,14 +17,11 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
-// The same objects come out of `kubectl kustomize DIR` as out of Render: for the folders Write
-// wrote (the reviewed golden ones) and for a user's overlay of one.
+// The same objects come out of `kubectl kustomize DIR` as out of Render: for the folders toa-push
+// writes (the manifest package's reviewed golden ones) and for a user's overlay of one.
 func TestKubectlKustomizeAgrees(t *testing.T) {
 	kubectl := findKubectl(t)
-	dirs := []string{filepath.Join("testdata", "overlay")}
-	for _, tc := range goldenCases {
-		dirs = append(dirs, filepath.Join("testdata", "written", caseName(tc.app, tc.env, tc.mono)))
-	}
+	dirs := writtenDirs(t)
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -1,3 +1,7 @@
+// Package kustomize renders a kustomization, toa-push's or a user's overlay of it, in memory with
+// kustomize's own API, and says in which order objects are applied (ApplyOrder, Stage, Sort). It
+// is toa-apply's side: what writes the kustomization is toa-push's, in the manifest package, and
+// this package imports nothing of the push side.
 package kustomize
 
 import (

@@ -64,13 +64,10 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	if c.PackageJSON == "" {
 		return nil, nil
 	}
-	pkgData, err := os.ReadFile(c.PackageJSON)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", c.PackageJSON, err)
-	}
 	var pkg manifest
-	if err := json.Unmarshal(pkgData, &pkg); err != nil {
-		return nil, &fault.Input{File: c.PackageJSON, Message: "is not valid JSON: " + err.Error()}
+	pkgData, err := toa.ReadJSON(c.PackageJSON, toa.MaxPackageSize, &pkg)
+	if err != nil {
+		return nil, err
 	}
 	if len(pkg.Dependencies) == 0 && len(pkg.OptionalDependencies) == 0 {
 		return nil, nil
@@ -87,8 +84,8 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	}
 	var lockData []byte
 	if lockPath != "" {
-		if lockData, err = os.ReadFile(lockPath); err != nil {
-			return nil, fmt.Errorf("read %s: %w", lockPath, err)
+		if lockData, err = toa.ReadFile(lockPath, toa.MaxLockSize); err != nil {
+			return nil, err
 		}
 	} else {
 		o.warn(fmt.Sprintf("%s has no package-lock.json: npm install resolves its dependencies anew, so its images are not reproducible; run `npm install` in %s and commit package-lock.json",
@@ -233,12 +230,12 @@ func (o *options) projectNpmrc(c *toa.Component) (string, error) {
 		paths = append(paths, own)
 	}
 	for _, path := range paths {
-		data, err := os.ReadFile(path)
+		data, err := toa.ReadFile(path, toa.MaxPackageSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", path, err)
+			return "", err
 		}
 		b.Write(data)
 		b.WriteString("\n")

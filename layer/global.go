@@ -2,6 +2,7 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // runHint is the advice for a build.run line toa-push cannot run.
@@ -279,9 +281,9 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 	npmrc.WriteString("\n")
 	npmrc.WriteString(npmrcOf(o.npmConfig))
 	if o.contextRoot != "" {
-		data, err := os.ReadFile(filepath.Join(o.contextRoot, ".npmrc"))
-		if err != nil && !os.IsNotExist(err) {
-			return nil, fmt.Errorf("read the context's .npmrc: %w", err)
+		data, err := toa.ReadFile(filepath.Join(o.contextRoot, ".npmrc"), toa.MaxPackageSize)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
 		}
 		npmrc.Write(data)
 		npmrc.WriteString("\n")

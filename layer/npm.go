@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies
@@ -405,7 +407,7 @@ func readOptional(path string) string {
 	if path == "" {
 		return ""
 	}
-	data, err := os.ReadFile(path)
+	data, err := toa.ReadFile(path, toa.MaxPackageSize) // a pipe or a device is left out, not waited on
 	if err != nil {
 		return ""
 	}

@@ -51,11 +51,18 @@ func (o Options) logf(format string, args ...any) {
 // A field another manager owns with another value is a *ConflictError, unless opts.Force;
 // objects the cluster cannot take are an *fault.Input.
 func Apply(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
-	set, err := setOf(objects, opts.Namespace)
-	if err != nil {
+	if _, err := setOf(objects, opts.Namespace); err != nil {
 		return nil, err
 	}
 	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return applyWith(ctx, c, objects, opts)
+}
+
+func applyWith(ctx context.Context, c *client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	set, err := setOf(objects, opts.Namespace)
 	if err != nil {
 		return nil, err
 	}

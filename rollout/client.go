@@ -8,17 +8,21 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
-// client is what apply, prune and delete talk to the cluster with: the dynamic client, and a
-// REST mapper from discovery, kept in memory for the run and reset when CRDs are added.
+// client is what apply, prune, delete, wait and the revisions talk to the cluster with: the
+// dynamic client, the typed one for the kinds the wait reads, and a REST mapper from discovery,
+// kept in memory for the run and reset when CRDs are added. Unit tests make one of client-go's
+// fakes.
 type client struct {
 	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
+	cs     kubernetes.Interface
+	mapper meta.ResettableRESTMapper
 }
 
 func newClient(cfg *rest.Config) (*client, error) {
@@ -36,7 +40,11 @@ func newClient(cfg *rest.Config) (*client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discovery client for %s: %w", cfg.Host, err)
 	}
-	return &client{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}, nil
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
+	}
+	return &client{dyn: dyn, cs: cs, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}, nil
 }
 
 // mapping finds the resource of a kind; a kind the cluster does not serve is the input's fault.

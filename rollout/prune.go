@@ -130,11 +130,18 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 // returns once they are gone, their pods included. Objects without the set's label are left
 // alone, even if the objects name them.
 func Delete(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
-	set, err := setOf(objects, opts.Namespace)
-	if err != nil {
+	if _, err := setOf(objects, opts.Namespace); err != nil {
 		return nil, err
 	}
 	c, err := newClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return deleteWith(ctx, c, objects, opts)
+}
+
+func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	set, err := setOf(objects, opts.Namespace)
 	if err != nil {
 		return nil, err
 	}

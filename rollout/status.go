@@ -40,12 +40,15 @@ type State struct {
 // Failure is a rollout that cannot succeed, and why: the Deployment, and the pod and container
 // where the reason is one's.
 type Failure struct {
-	Namespace  string
-	Deployment string
-	Pod        string
-	Container  string
-	Reason     string
-	Message    string
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	Pod        string `json:"pod,omitempty"`
+	Container  string `json:"container,omitempty"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message,omitempty"`
+	// Pods explain the failure: the failing pod, or the Deployment's pods that are not ready
+	// when the reason is the Deployment's.
+	Pods []PodReport `json:"pods,omitempty"`
 }
 
 func (f *Failure) Error() string {

@@ -29,6 +29,8 @@ type Status struct {
 	Message   string   `json:"message"`
 	Pruned    bool     `json:"pruned,omitempty"` // awaited until it is gone
 	Failure   *Failure `json:"-"`
+	// Pods explain a Deployment still awaited when the time ran out: those not ready.
+	Pods []PodReport `json:"pods,omitempty"`
 }
 
 // WaitOptions tune Wait.
@@ -76,11 +78,11 @@ func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) 
 	if len(targetsOf(res)) == 0 {
 		return nil
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	c, err := newClient(cfg)
 	if err != nil {
-		return fmt.Errorf("client for %s: %w", cfg.Host, err)
+		return err
 	}
-	return waitFor(ctx, cs, res, opts)
+	return waitFor(ctx, c, res, opts)
 }
 
 // targetsOf are the Deployments a result applied or pruned; none for a dry run.
@@ -102,21 +104,57 @@ func targetsOf(res *Result) []*target {
 	return targets
 }
 
-func waitFor(ctx context.Context, cs kubernetes.Interface, res *Result, opts WaitOptions) error {
+func waitFor(ctx context.Context, c *client, res *Result, opts WaitOptions) error {
 	if opts.UnschedulableGrace == 0 {
 		opts.UnschedulableGrace = DefaultUnschedulableGrace
 	}
 	targets := targetsOf(res)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := watchTargets(ctx, cs, res, targets)
+	w, err := watchTargets(ctx, c.cs, res, targets)
 	if err != nil {
 		return err
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
 		return waitEnd(ctx, targets)
 	}
-	return w.loop(ctx, targets, opts)
+	err = w.loop(ctx, targets, opts)
+	explain(ctx, c.cs, targets, err)
+	return err
+}
+
+// explain adds to a failure the report of the failing pod, or of the Deployment's unready pods,
+// and to a timeout the reports of each awaited Deployment's unready pods.
+func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, err error) {
+	find := func(namespace, name string) *target {
+		i := slices.IndexFunc(targets, func(t *target) bool { return t.namespace == namespace && t.name == name })
+		if i < 0 || targets[i].pods == nil {
+			return nil
+		}
+		return targets[i]
+	}
+	var f *Failure
+	var a *Awaiting
+	switch {
+	case errors.As(err, &f):
+		t := find(f.Namespace, f.Deployment)
+		if t == nil {
+			return
+		}
+		pods := items[*corev1.Pod](t.pods)
+		if f.Pod != "" {
+			pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return p.Name != f.Pod })
+		} else {
+			pods = unready(pods)
+		}
+		f.Pods = reportPods(ctx, cs, pods)
+	case errors.As(err, &a):
+		for i, s := range a.Deployments {
+			if t := find(s.Namespace, s.Name); t != nil {
+				a.Deployments[i].Pods = reportPods(ctx, cs, unready(items[*corev1.Pod](t.pods)))
+			}
+		}
+	}
 }
 
 // watches are the informers of a wait: their stores, and a signal that any of them changed.

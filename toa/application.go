@@ -5,6 +5,8 @@
 // file, the key and the line.
 package toa
 
+import "encoding/json"
+
 // Application is a loaded Toa context: what `toa deploy` would deploy for one environment.
 type Application struct {
 	Root        string // the context's folder, absolute
@@ -102,6 +104,9 @@ type Ingress struct {
 type Annotation struct {
 	Package string
 	Value   any
+	// Raw is Value as JSON with its mappings' keys in the file's order, as JavaScript keeps an
+	// object's; nil where that order is not known (a value merged from two places).
+	Raw json.RawMessage
 }
 
 // Atomicity is `atomicity`: where locks are kept.

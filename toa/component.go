@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fault"
@@ -42,12 +43,14 @@ type Component struct {
 	// What the manifest says of its connectors (see References, dependencies.go).
 	Storage    string     // the package that stores its entity; "" without an entity
 	Bindings   []string   // the binding packages of its operations and events, in first-use order
-	Operations []string   // the operations' names, in manifest order
-	Events     []string   // the labels of the events it emits
+	Operations []string   // its operations: the manifest's, its code's, its prototype's, in Toa's order
+	Events     []string   // the labels of the events it emits, in the same order
 	Receivers  []Receiver // the events it consumes
 
 	// Values is the whole manifest as plain values: the component extensions are handed.
 	Values map[string]any
+	// Raw is the same as JSON, its mappings' keys in the file's order (see Annotation.Raw).
+	Raw json.RawMessage
 }
 
 // ComponentBuild is the manifest's `build`: a base image of its own and extra lines to run.
@@ -93,9 +96,12 @@ var (
 	componentIDPattern   = regexp.MustCompile(`^([a-zA-Z]+([_a-zA-Z0-9]*[a-zA-Z0-9]+)?)(\.([a-zA-Z]+([_a-zA-Z0-9]*[a-zA-Z0-9]+)?))$`)
 )
 
-// manifestExtensionKeys are the top-level manifest keys that are extension sections.
-var manifestExtensionKeys = []string{"exposition", "realtime", "configuration", "state", "stash",
-	"storages", "introspection", "origins", "telemetry"}
+// manifestExtensionKeys are the top-level manifest keys that are extension sections, in the order
+// of Toa's table (runtime/norm/src/.component/.expand/extensions.js), which is the order it
+// gathers them in; introspection came later, and telemetry is read here although Toa's table
+// lacks it.
+var manifestExtensionKeys = []string{"exposition", "realtime", "origins", "configuration", "state", "stash",
+	"storages", "introspection", "telemetry"}
 
 const componentNameHint = "a name or namespace is a letter followed by up to 31 letters or digits, like 'orders'"
 
@@ -186,42 +192,60 @@ func (c *Component) readBuild(m field) error {
 		return err
 	}
 	var err error
-	if c.Build.Image, err = b.optStr("image"); err != nil {
+	if c.Build.Image, err = b.optImage("image"); err != nil {
 		return err
 	}
 	c.Build.Run, err = b.optStr("run")
 	return err
 }
 
+// readExtensions reads the manifest's extension sections in the order Toa's expand() leaves them
+// in: the `extensions` entries named by package, then the top-level sections, then the
+// `extensions` entries named by shortcut, both in the order of Toa's table. The order is the
+// order the extensions are met in, which is the order of the dependencies.
 func (c *Component) readExtensions(m field) error {
+	type section struct {
+		pkg string
+		f   field
+	}
+	var named, top, shortcuts []section
 	for _, key := range manifestExtensionKeys {
 		if f, ok := m.child(key); ok {
-			v, err := f.value()
-			if err != nil {
-				return err
-			}
-			c.Extensions = append(c.Extensions, Annotation{Package: "@toa.io/extensions." + key, Value: v})
+			top = append(top, section{"@toa.io/extensions." + key, f})
 		}
 	}
-	ext, ok := m.child("extensions")
-	if !ok || ext.isNull() {
-		return nil
-	}
-	keys, err := ext.mapping(nil, "`extensions` maps a package name to its section")
-	if err != nil {
-		return err
-	}
-	for _, key := range keys {
-		f, _ := ext.child(key)
-		v, err := f.value()
+	if ext, ok := m.child("extensions"); ok && !ext.isNull() {
+		keys, err := ext.mapping(nil, "`extensions` maps a package name to its section")
 		if err != nil {
 			return err
 		}
-		pkg := resolveShortcut(key, extensionShortcut)
-		if c.extension(pkg) != nil {
-			return f.fail("keep one of the two", "repeats the extension %s, also given at the top level", pkg)
+		for _, key := range keys {
+			f, _ := ext.child(key)
+			pkg := resolveShortcut(key, extensionShortcut)
+			if slices.ContainsFunc(top, func(s section) bool { return s.pkg == pkg }) {
+				return f.fail("keep one of the two", "repeats the extension %s, also given at the top level", pkg)
+			}
+			if pkg == key {
+				named = append(named, section{pkg, f})
+			} else {
+				shortcuts = append(shortcuts, section{pkg, f})
+			}
 		}
-		c.Extensions = append(c.Extensions, Annotation{Package: pkg, Value: v})
+	}
+	slices.SortStableFunc(shortcuts, func(a, b section) int {
+		return slices.Index(manifestExtensionKeys, strings.TrimPrefix(a.pkg, "@toa.io/extensions.")) -
+			slices.Index(manifestExtensionKeys, strings.TrimPrefix(b.pkg, "@toa.io/extensions."))
+	})
+	for _, s := range slices.Concat(named, top, shortcuts) {
+		v, err := s.f.value()
+		if err != nil {
+			return err
+		}
+		raw, err := orderedJSON(s.f)
+		if err != nil {
+			return err
+		}
+		c.Extensions = append(c.Extensions, Annotation{Package: s.pkg, Value: v, Raw: raw})
 	}
 	return nil
 }
@@ -252,16 +276,25 @@ func (c *Component) readVersion(m field) error {
 	return nil
 }
 
+// readPackage finds the component's package files, and checks now, before anything is built,
+// that those npm reads later (the lockfiles, .npmrc) are files toa-deploy would read.
 func (c *Component) readPackage() error {
 	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
+		name  string
+		limit int64
+		into  *string
+	}{{"package.json", MaxPackageSize, &c.PackageJSON}, {"package-lock.json", MaxLockSize, &c.PackageLock},
+		{"npm-shrinkwrap.json", MaxLockSize, nil}, {".npmrc", MaxPackageSize, nil}} {
 		p := filepath.Join(c.Path, f.name)
-		if _, err := os.Stat(p); err == nil {
+		err := CheckFile(p, f.limit)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if f.into != nil {
 			*f.into = p
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("read %s: %w", p, err)
 		}
 	}
 	t, err := moduleType(c.Path)
@@ -276,19 +309,15 @@ func (c *Component) readPackage() error {
 // .js files are ES modules. The file system's root itself is not looked at, as in Toa.
 func moduleType(dir string) (string, error) {
 	for current := dir; filepath.Dir(current) != current; current = filepath.Dir(current) {
-		p := filepath.Join(current, "package.json")
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
+		var pkg struct {
+			Type any `json:"type"`
+		}
+		_, err := ReadJSON(filepath.Join(current, "package.json"), MaxPackageSize, &pkg)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read %s: %w", p, err)
-		}
-		var pkg struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(data, &pkg); err != nil {
-			return "", &fault.Input{File: p, Message: "is not valid JSON: " + err.Error()}
+			return "", err
 		}
 		if pkg.Type == "module" {
 			return "module", nil

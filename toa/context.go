@@ -1,6 +1,7 @@
 package toa
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -123,6 +124,7 @@ func (app *Application) readIngress(ctx field) error {
 func (app *Application) readAnnotations(ctx field) error {
 	type source struct {
 		value any
+		raw   json.RawMessage
 		where string
 	}
 	byPackage := map[string]source{}
@@ -133,7 +135,11 @@ func (app *Application) readAnnotations(ctx field) error {
 		}
 		prev, seen := byPackage[pkg]
 		if !seen {
-			byPackage[pkg] = source{v, where}
+			raw, err := orderedJSON(f)
+			if err != nil {
+				return err
+			}
+			byPackage[pkg] = source{v, raw, where}
 			app.Annotations = append(app.Annotations, Annotation{Package: pkg})
 			return nil
 		}
@@ -144,7 +150,7 @@ func (app *Application) readAnnotations(ctx field) error {
 			}
 			return f.fail("keep one of them", "gives %s another %s than %s does", pkg, conflict, prev.where)
 		}
-		byPackage[pkg] = source{merged, prev.where}
+		byPackage[pkg] = source{merged, nil, prev.where}
 		return nil
 	}
 	if a, ok := ctx.child("annotations"); ok && !a.isNull() {
@@ -171,7 +177,8 @@ func (app *Application) readAnnotations(ctx field) error {
 		}
 	}
 	for i := range app.Annotations {
-		app.Annotations[i].Value = byPackage[app.Annotations[i].Package].value
+		src := byPackage[app.Annotations[i].Package]
+		app.Annotations[i].Value, app.Annotations[i].Raw = src.value, src.raw
 	}
 	return nil
 }
@@ -440,7 +447,7 @@ func (app *Application) readComposition(f field) (*Composition, error) {
 		return nil, err
 	}
 	c := &Composition{Name: name, Declared: true}
-	if c.Image, err = f.optStr("image"); err != nil {
+	if c.Image, err = f.optImage("image"); err != nil {
 		return nil, err
 	}
 	members, ok := f.child("components")

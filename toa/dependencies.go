@@ -1,7 +1,9 @@
 package toa
 
 import (
+	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -10,6 +12,17 @@ const (
 	DefaultStorage = "@toa.io/storages.mongodb" // an entity's `storage` when it gives none
 	NullStorage    = "@toa.io/storages.null"    // `storage: ~`: an entity kept nowhere
 	DefaultBinding = "@toa.io/bindings.amqp"    // the binding of every operation and event that names none
+	NodeBridge     = "@toa.io/bridges.node"     // the bridge of a component that names none
+)
+
+// What a component with an entity takes from Toa's prototype (@toa.io/prototype, folded in by
+// runtime/norm/src/.component/collapse.js): operations, which take the component's bindings, and
+// the events the prototype's node bridge declares in its events/ folder. `transit` is virtual
+// there (dropped unless the component declares it). The events are those of the newest prototype
+// in toa-io/toa (created, deleted, updated); 1.0.0-alpha.110 had sync in place of deleted.
+var (
+	prototypeOperations = []string{"assign", "ensure", "enumerate", "observe", "stream", "terminate"}
+	prototypeEvents     = []string{"created", "deleted", "updated"}
 )
 
 // Receiver is a receiver of the manifest: an event it consumes, and from where.
@@ -30,9 +43,8 @@ func LoadComponent(dir string) (*Component, error) {
 }
 
 // References are the connector packages the component uses, in Toa's order (connectors.js): the
-// entity's storage, then the bindings of its operations and events. Operations declared only in
-// a component's code are invisible to a deployment, so a component whose manifest names no
-// binding counts as using the default ones.
+// entity's storage, then the bindings of its operations and events. A component with neither
+// operations nor events (in its manifest, its code or its entity's prototype) uses no binding.
 func (c *Component) References() []string {
 	var out []string
 	if c.Storage != "" {
@@ -46,25 +58,35 @@ func (c *Component) References() []string {
 	return out
 }
 
-// readConnectors reads what the manifest says of the connectors: the entity's storage, the
-// bindings of operations and events, the events it emits and the receivers; and the whole
-// manifest as plain values, which extensions are handed.
+// readConnectors reads what the manifest says of the connectors, as Toa's norm completes it: the
+// entity's storage; the operations and events of the manifest, of the component's code (the node
+// bridge's operations/*.js and events/*.js) and of the prototype an entity brings, with the
+// bindings each takes (Toa's .normalize/operations.js and events.js); the receivers; and the
+// whole manifest as plain values, which extensions are handed.
 func (c *Component) readConnectors(m field) error {
 	v, err := m.value()
 	if err != nil {
 		return err
 	}
 	c.Values, _ = v.(map[string]any)
+	if c.Raw, err = orderedJSON(m); err != nil {
+		return err
+	}
 	if err := c.readStorage(m); err != nil {
 		return err
 	}
+	// the component's bindings: amqp unless it says; `bindings: ~` is none at all
 	defaults := []string{DefaultBinding}
-	if f, ok := m.child("bindings"); ok && !f.isNull() {
-		list, err := f.strings(1, true, "list binding packages, like [amqp]")
-		if err != nil {
-			return err
+	if f, ok := m.child("bindings"); ok {
+		if f.isNull() {
+			defaults = nil
+		} else {
+			list, err := f.strings(1, true, "list binding packages, like [amqp]")
+			if err != nil {
+				return err
+			}
+			defaults = resolveBindings(list)
 		}
-		defaults = resolveBindings(list)
 	}
 	var bindings []string
 	add := func(b ...string) {
@@ -74,25 +96,51 @@ func (c *Component) readConnectors(m field) error {
 			}
 		}
 	}
+	bridge, err := m.optStr("bridge")
+	if err != nil {
+		return err
+	}
+	code := bridge == "" || resolveShortcut(bridge, contextShortcut) == NodeBridge
 	if ops, ok := m.child("operations"); ok && !ops.isNull() {
 		names, err := ops.mapping(nil, "`operations` maps an operation's name to its declaration")
 		if err != nil {
 			return err
 		}
 		for _, name := range names {
-			c.Operations = append(c.Operations, name)
 			op, _ := ops.child(name)
+			if virtual, ok := op.child("virtual"); ok && virtual.node.Value == "true" {
+				continue // Toa drops a virtual operation
+			}
+			c.Operations = append(c.Operations, name)
 			b, present := op.child("bindings")
-			if !present || b.isNull() {
+			switch {
+			case !present:
 				add(defaults...)
-				continue
+			case b.isNull():
+				// `bindings: ~`: an operation no binding exposes
+			default:
+				list, err := b.strings(1, true, "list binding packages, like [amqp]")
+				if err != nil {
+					return err
+				}
+				add(resolveBindings(list)...)
 			}
-			list, err := b.strings(1, true, "list binding packages, like [amqp]")
-			if err != nil {
-				return err
-			}
-			add(resolveBindings(list)...)
 		}
+	}
+	more := c.prototype(m)
+	if code {
+		more = append(codeNames(c.Path, "operations"), more...)
+	}
+	for _, name := range more {
+		if indexOf(c.Operations, name) < 0 {
+			c.Operations = append(c.Operations, name)
+			add(defaults...)
+		}
+	}
+	// an event's binding, where it names none, is the component's first asynchronous one: amqp
+	eventBinding := ""
+	if len(defaults) > 0 {
+		eventBinding = defaults[0]
 	}
 	if evs, ok := m.child("events"); ok && !evs.isNull() {
 		labels, err := evs.mapping(nil, "`events` maps an event's label to its declaration")
@@ -104,7 +152,7 @@ func (c *Component) readConnectors(m field) error {
 			ev, _ := evs.child(label)
 			b, present := ev.child("binding")
 			if !present || b.isNull() {
-				add(defaults[0])
+				add(eventBinding)
 				continue
 			}
 			s, err := b.str()
@@ -114,11 +162,50 @@ func (c *Component) readConnectors(m field) error {
 			add(resolveBindings([]string{s})...)
 		}
 	}
-	if len(bindings) == 0 {
-		add(defaults...)
+	var events []string
+	if code {
+		events = codeNames(c.Path, "events")
+	}
+	if c.prototype(m) != nil {
+		events = append(events, prototypeEvents...)
+	}
+	for _, label := range events {
+		if indexOf(c.Events, label) < 0 {
+			c.Events = append(c.Events, label)
+			add(eventBinding)
+		}
 	}
 	c.Bindings = bindings
-	return c.readReceivers(m)
+	return c.readReceivers(m, code)
+}
+
+// prototype is what the entity's prototype brings: its operations, or nil for a component
+// without an entity or with `prototype: ~`.
+func (c *Component) prototype(m field) []string {
+	if c.Storage == "" {
+		return nil
+	}
+	if p, ok := m.child("prototype"); ok && p.isNull() {
+		return nil
+	}
+	return prototypeOperations
+}
+
+// codeNames are the names the node bridge reads from the component's code: the .js files of
+// its operations/, events/ or receivers/ folder, sorted as the bridge's glob lists them.
+func codeNames(dir, folder string) []string {
+	entries, err := os.ReadDir(filepath.Join(dir, folder))
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".js") {
+			names = append(names, strings.TrimSuffix(e.Name(), ".js"))
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 func (c *Component) readStorage(m field) error {
@@ -150,31 +237,54 @@ func (c *Component) readStorage(m field) error {
 	return nil
 }
 
-func (c *Component) readReceivers(m field) error {
+// readReceivers reads the receivers of the manifest and of the component's code, their labels as
+// Toa's .normalize/receivers.js leaves them: one of this context's events named without a
+// namespace is in the namespace `default`.
+func (c *Component) readReceivers(m field, code bool) error {
 	rs, ok := m.child("receivers")
-	if !ok || rs.isNull() {
-		return nil
+	if ok && !rs.isNull() {
+		labels, err := rs.mapping(nil, "`receivers` maps an event's label to the operation it calls")
+		if err != nil {
+			return err
+		}
+		for _, label := range labels {
+			r := Receiver{Event: label}
+			f, _ := rs.child(label)
+			if lookup(f.node, "source") != nil {
+				if r.Source, err = f.optStr("source"); err != nil {
+					return err
+				}
+			}
+			if lookup(f.node, "binding") != nil {
+				if r.Binding, err = f.optStr("binding"); err != nil {
+					return err
+				}
+			}
+			c.Receivers = append(c.Receivers, r)
+		}
 	}
-	labels, err := rs.mapping(nil, "`receivers` maps an event's label to the operation it calls")
-	if err != nil {
-		return err
-	}
-	for _, label := range labels {
-		r := Receiver{Event: label}
-		f, _ := rs.child(label)
-		if lookup(f.node, "source") != nil {
-			if r.Source, err = f.optStr("source"); err != nil {
-				return err
+	if code {
+		for _, label := range codeNames(c.Path, "receivers") {
+			if !c.receives(label) {
+				c.Receivers = append(c.Receivers, Receiver{Event: label})
 			}
 		}
-		if lookup(f.node, "binding") != nil {
-			if r.Binding, err = f.optStr("binding"); err != nil {
-				return err
-			}
+	}
+	for i, r := range c.Receivers {
+		if r.Source == "" && strings.Count(r.Event, ".") != 2 {
+			c.Receivers[i].Event = "default." + r.Event
 		}
-		c.Receivers = append(c.Receivers, r)
 	}
 	return nil
+}
+
+func (c *Component) receives(label string) bool {
+	for _, r := range c.Receivers {
+		if r.Event == label {
+			return true
+		}
+	}
+	return false
 }
 
 func resolveBindings(list []string) []string {

@@ -2,6 +2,7 @@ package toa
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -20,10 +21,17 @@ type field struct {
 	node *yaml.Node
 }
 
+// fail says what is wrong with the value. The strings among args are what the user wrote, quoted
+// in the message: their control characters, line breaks included, are escaped.
 func (f field) fail(hint, format string, args ...any) *fault.Input {
 	line := 0
 	if f.node != nil {
 		line = f.node.Line
+	}
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = fault.Printable(s)
+		}
 	}
 	return &fault.Input{File: f.file, Key: f.key, Line: line, Message: fmt.Sprintf(format, args...), Hint: hint}
 }
@@ -67,15 +75,17 @@ func (f field) mapping(allowed []string, hint string) ([]string, error) {
 		return nil, f.fail(hint, "must be a mapping, not %s", describe(f.node))
 	}
 	var keys []string
+	seen := make(map[string]bool, len(f.node.Content)/2)
 	for i := 0; i+1 < len(f.node.Content); i += 2 {
 		k := f.node.Content[i]
 		if k.Kind != yaml.ScalarNode {
-			return nil, (field{file: f.file, key: f.key, node: k}).fail("", "has a key that is not a string")
+			return nil, (field{file: f.file, key: f.key, node: k}).fail("write keys as plain words", "has a key that is %s, not a string", describe(k))
 		}
-		if indexOf(keys, k.Value) >= 0 {
+		if seen[k.Value] {
 			return nil, (field{file: f.file, key: joinKey(f.key, k.Value), node: k}).fail(
 				"remove one of the two", "is given twice")
 		}
+		seen[k.Value] = true
 		if allowed != nil && indexOf(allowed, k.Value) < 0 {
 			return nil, (field{file: f.file, key: joinKey(f.key, k.Value), node: k}).fail(
 				"allowed keys"+where(f.key)+": "+strings.Join(sorted(allowed), ", "), "is not a known key")
@@ -195,36 +205,94 @@ func (f field) strings(min int, single bool, hint string) ([]string, error) {
 	return out, nil
 }
 
-// value decodes any YAML value into plain Go values: map[string]any (keys in file order are lost,
-// see Ordered), []any, string, int, float64, bool, nil.
+// value reads any YAML value as plain Go values, the way JSON carries them to Toa's extensions:
+// map[string]any (keys in file order are lost, see Ordered), []any, string, int, float64, bool,
+// time.Time, nil. Keys are strings, as in JavaScript: `1: a` has the key "1", `~: a` the key
+// "null". A value JSON cannot hold (infinity, not-a-number), a key that is a mapping or a list,
+// or a scalar its tag cannot read is refused with its key and line.
 func (f field) value() (any, error) {
-	var v any
-	if err := f.node.Decode(&v); err != nil {
-		return nil, f.fail("", "cannot be read: %v", err)
+	switch f.node.Kind {
+	case yaml.MappingNode:
+		out := make(map[string]any, len(f.node.Content)/2)
+		for i := 0; i+1 < len(f.node.Content); i += 2 {
+			k := f.node.Content[i]
+			if k.Kind != yaml.ScalarNode {
+				return nil, (field{file: f.file, key: f.key, node: k}).fail("write keys as plain words", "has a key that is %s, not a string", describe(k))
+			}
+			name, err := keyText(k)
+			if err != nil {
+				return nil, (field{file: f.file, key: joinKey(f.key, k.Value), node: k}).fail("quote it if you mean the text", "the key '%s' cannot be read as %s", k.Value, tagName(k.Tag))
+			}
+			v, err := (field{file: f.file, key: joinKey(f.key, name), node: f.node.Content[i+1]}).value()
+			if err != nil {
+				return nil, err
+			}
+			out[name] = v
+		}
+		return out, nil
+	case yaml.SequenceNode:
+		out := make([]any, len(f.node.Content))
+		for i := range f.node.Content {
+			v, err := f.item(i).value()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	case yaml.ScalarNode:
+		var v any
+		if err := f.node.Decode(&v); err != nil {
+			return nil, f.fail("quote it if you mean the text", "'%s' cannot be read as %s", f.node.Value, tagName(f.node.Tag))
+		}
+		if x, ok := v.(float64); ok && (math.IsInf(x, 0) || math.IsNaN(x)) {
+			what := "infinity"
+			if math.IsNaN(x) {
+				what = "not a number"
+			}
+			return nil, f.fail(fmt.Sprintf("write a number, or quote it ('%s') if you mean the text", fault.Printable(f.node.Value)),
+				"'%s' is %s, which a JSON value cannot hold", f.node.Value, what)
+		}
+		return v, nil
 	}
-	return normalizeValue(v), nil
+	return nil, f.fail("", "cannot be read")
 }
 
-// normalizeValue turns map[any]any, which yaml.v3 never produces for string keys but may for
-// others, into map[string]any so that the value marshals as JSON.
-func normalizeValue(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			t[k] = normalizeValue(x)
-		}
-		return t
-	case map[any]any:
-		out := make(map[string]any, len(t))
-		for k, x := range t {
-			out[fmt.Sprint(k)] = normalizeValue(x)
-		}
-		return out
-	case []any:
-		for i, x := range t {
-			t[i] = normalizeValue(x)
-		}
-		return t
+// keyText is a key as JavaScript sees it: the text of the value it resolves to.
+func keyText(k *yaml.Node) (string, error) {
+	if k.Tag == "!!str" || k.Tag == "" {
+		return k.Value, nil
 	}
-	return v
+	var v any
+	if err := k.Decode(&v); err != nil {
+		return "", err
+	}
+	switch t := v.(type) {
+	case nil:
+		return "null", nil
+	case string:
+		return t, nil
+	case float64:
+		return strconv.FormatFloat(t, 'g', -1, 64), nil
+	}
+	return fmt.Sprint(v), nil
+}
+
+// tagName names a YAML tag in words.
+func tagName(tag string) string {
+	switch tag {
+	case "!!int":
+		return "a whole number"
+	case "!!float":
+		return "a number"
+	case "!!bool":
+		return "a boolean"
+	case "!!timestamp":
+		return "a date"
+	case "!!binary":
+		return "base64"
+	case "!!null":
+		return "null"
+	}
+	return "its tag " + tag
 }

@@ -1,9 +1,9 @@
 package toa
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -90,6 +90,10 @@ func Load(path, env string) (*Application, error) {
 	if !exists {
 		return nil, &fault.Input{Message: fmt.Sprintf("there is no %s in %s", ContextFile, folderName(path, root)),
 			Hint: "run in the folder of a Toa context, or point --path at it", Err: ErrNoContext}
+	}
+	// read when the dependencies are installed, and checked now, before anything is built
+	if err := CheckFile(filepath.Join(root, ".npmrc"), MaxPackageSize); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	convolve(node, chain)
 	app := &Application{Root: root, File: file}
@@ -246,17 +250,17 @@ func lineOf(ctx field, key string) int {
 // installedRuntime reads the version of @toa.io/runtime under root's node_modules.
 func installedRuntime(root string) (string, string, error) {
 	p := filepath.Join(root, "node_modules", "@toa.io", "runtime", "package.json")
-	data, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return "", "", nil
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("read %s: %w", p, err)
-	}
 	var pkg struct {
 		Version string `json:"version"`
 	}
-	if err := json.Unmarshal(data, &pkg); err != nil || pkg.Version == "" {
+	_, err := ReadJSON(p, MaxPackageSize, &pkg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", err
+	}
+	if pkg.Version == "" {
 		return "", "", &fault.Input{File: p, Message: "has no version", Hint: "reinstall it with `npm install`"}
 	}
 	return pkg.Version, p, nil
@@ -271,7 +275,10 @@ func (app *Application) readRegistry(ctx field) error {
 	r := &app.Registry
 	r.Services = "build"
 	if f.node.Kind == yaml.ScalarNode {
-		r.Base = f.node.Value
+		var err error
+		if r.Base, err = f.registryBase(); err != nil {
+			return err
+		}
 		r.Platforms, r.PlatformsDefaulted = append([]string(nil), DefaultPlatforms...), true
 		return nil
 	}
@@ -279,8 +286,10 @@ func (app *Application) readRegistry(ctx field) error {
 		return err
 	}
 	var err error
-	if r.Base, err = f.optStr("base"); err != nil {
-		return err
+	if b, present := f.child("base"); present {
+		if r.Base, err = b.registryBase(); err != nil {
+			return err
+		}
 	}
 	if r.Credentials, err = f.optStr("credentials"); err != nil {
 		return err
@@ -344,7 +353,7 @@ func (r *Registry) readBuild(registry field) error {
 		return err
 	}
 	var err error
-	if r.Build.Image, err = f.optStr("image"); err != nil {
+	if r.Build.Image, err = f.optImage("image"); err != nil {
 		return err
 	}
 	if r.Build.Run, err = f.optStr("run"); err != nil {

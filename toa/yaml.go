@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -17,18 +18,21 @@ import (
 // the rest of the package sees plain mappings, sequences and scalars, each with its line.
 // An empty file is an empty mapping. The second result is false when the file does not exist.
 func readYAML(path string) (*yaml.Node, bool, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	data, err := ReadFile(path, MaxYAMLSize)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, true, fmt.Errorf("read %s: %w", path, err)
+		return nil, true, err
 	}
 	node, err := parseYAML(path, data)
 	return node, true, err
 }
 
 func parseYAML(path string, data []byte) (*yaml.Node, error) {
+	if err := checkText(path, data); err != nil {
+		return nil, err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -46,7 +50,11 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		root = doc.Content[0]
 	}
-	expanded, err := expand(path, root, 0)
+	if err := checkKeys(path, "", root); err != nil {
+		return nil, err
+	}
+	x := &expander{path: path, active: map[*yaml.Node]bool{}}
+	expanded, err := x.expand(root, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +62,42 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 		return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: expanded.Line}, nil
 	}
 	return expanded, nil
+}
+
+// checkText refuses what js-yaml, which Toa reads its files with, refuses before parsing: bytes
+// that are not UTF-8, and characters YAML does not allow in a file (control characters but tab
+// and line breaks). The YAML library says so without a line, and this says where.
+func checkText(path string, data []byte) error {
+	line, column := 1, 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return &fault.Input{File: path, Line: line,
+				Message: fmt.Sprintf("is not valid UTF-8: byte 0x%02x at column %d", data[i], column),
+				Hint:    "save the file as UTF-8: Toa reads its files as UTF-8"}
+		case notAllowedInYAML(r):
+			return &fault.Input{File: path, Line: line,
+				Message: fmt.Sprintf("holds the control character %s at column %d, which YAML does not allow in a file", fault.Printable(string(r)), column),
+				Hint:    "remove it, or write it as an escape in a double-quoted string (\"\\e\" for ESC)"}
+		case r == '\n':
+			line, column = line+1, 0
+		}
+		column++
+		i += size
+	}
+	return nil
+}
+
+// notAllowedInYAML is js-yaml's PATTERN_NON_PRINTABLE: the characters outside YAML's printable set.
+func notAllowedInYAML(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r':
+		return false
+	case r < 0x20, r >= 0x7f && r <= 0x84, r >= 0x86 && r <= 0x9f, r == 0xfffe, r == 0xffff:
+		return true
+	}
+	return false
 }
 
 // syntaxError turns the parser's message ("yaml: line 3: did not find expected key") into one
@@ -68,26 +112,84 @@ func syntaxError(path string, err error) error {
 		Hint: "check the indentation of this line and of the one above it"}
 }
 
-// maxDepth bounds alias expansion, so that a file of nested aliases ("billion laughs") is refused
-// instead of exhausting memory.
-const maxDepth = 100
+// checkKeys refuses, as js-yaml does, a mapping that gives a key twice, at any depth, naming both
+// lines. It walks the tree as written: an alias is checked where its anchor is.
+func checkKeys(path, key string, node *yaml.Node) error {
+	switch node.Kind {
+	case yaml.SequenceNode:
+		for i, item := range node.Content {
+			if err := checkKeys(path, fmt.Sprintf("%s[%d]", key, i), item); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		first := make(map[string]int, len(node.Content)/2)
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			k, v := node.Content[i], node.Content[i+1]
+			if k.Kind == yaml.ScalarNode && !isMergeKey(k) {
+				if line, seen := first[k.Value]; seen {
+					return &fault.Input{File: path, Line: k.Line, Key: joinKey(key, k.Value),
+						Message: fmt.Sprintf("is given twice, first at line %d", line),
+						Hint:    "remove one of the two: a mapping holds each key once"}
+				}
+				first[k.Value] = k.Line
+			}
+			if err := checkKeys(path, joinKey(key, k.Value), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
-// expand returns a copy of node in which every alias is replaced by a copy of what it names and
-// every merge key (<<) is resolved: keys written in the mapping win over merged ones, as in
-// js-yaml, which Toa reads its files with.
-func expand(path string, node *yaml.Node, depth int) (*yaml.Node, error) {
+func isMergeKey(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.Value == "<<" && k.Tag == "!!merge"
+}
+
+// maxDepth bounds how deep values nest, aliases expanded; maxNodes bounds how many there are once
+// every alias is replaced by a copy of what it names. Aliases of aliases multiply ("billion
+// laughs": nine lines make 387 million values), so the bound is what keeps such a file from
+// exhausting memory. A real Toa file holds some hundreds.
+const (
+	maxDepth = 100
+	maxNodes = 100_000
+)
+
+// expander copies a node tree replacing every alias by a copy of what it names and resolving every
+// merge key (<<): keys written in the mapping win over merged ones, as in js-yaml, which Toa
+// reads its files with.
+type expander struct {
+	path   string
+	nodes  int                 // how many have been made so far
+	active map[*yaml.Node]bool // the anchored nodes being expanded: an alias of one is a cycle
+}
+
+func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 	if depth > maxDepth {
-		return nil, &fault.Input{File: path, Line: node.Line, Message: "nests aliases too deeply",
-			Hint: "an alias that refers to itself, or a chain of more than 100, cannot be expanded"}
+		return nil, &fault.Input{File: x.path, Line: node.Line, Message: fmt.Sprintf("nests values more than %d levels deep", maxDepth),
+			Hint: "a Toa file nests some levels of mappings and lists: write this value flatter"}
+	}
+	if x.nodes++; x.nodes > maxNodes {
+		return nil, &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values once its aliases are expanded", maxNodes),
+			Hint: "each alias (*name) is a copy of what its anchor (&name) names, and aliases of aliases multiply: write fewer of them"}
+	}
+	if node.Anchor != "" {
+		x.active[node] = true
+		defer delete(x.active, node)
 	}
 	switch node.Kind {
 	case yaml.AliasNode:
-		return expand(path, node.Alias, depth+1)
+		if x.active[node.Alias] {
+			return nil, &fault.Input{File: x.path, Line: node.Line, Message: fmt.Sprintf("the alias *%s is inside the value it names", fault.Printable(node.Value)),
+				Hint: "an alias cannot name a value that contains it: such a value never ends"}
+		}
+		return x.expand(node.Alias, depth)
 	case yaml.SequenceNode:
 		out := *node
+		out.Anchor = ""
 		out.Content = make([]*yaml.Node, 0, len(node.Content))
 		for _, item := range node.Content {
-			c, err := expand(path, item, depth+1)
+			c, err := x.expand(item, depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -95,7 +197,7 @@ func expand(path string, node *yaml.Node, depth int) (*yaml.Node, error) {
 		}
 		return &out, nil
 	case yaml.MappingNode:
-		return expandMapping(path, node, depth)
+		return x.expandMapping(node, depth)
 	default:
 		out := *node
 		out.Anchor = ""
@@ -103,19 +205,20 @@ func expand(path string, node *yaml.Node, depth int) (*yaml.Node, error) {
 	}
 }
 
-func expandMapping(path string, node *yaml.Node, depth int) (*yaml.Node, error) {
+func (x *expander) expandMapping(node *yaml.Node, depth int) (*yaml.Node, error) {
 	out := *node
 	out.Anchor = ""
 	out.Content = nil
+	written := map[string]bool{}
 	var merged []*yaml.Node
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		k, v := node.Content[i], node.Content[i+1]
-		value, err := expand(path, v, depth+1)
+		value, err := x.expand(v, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		if k.Kind == yaml.ScalarNode && k.Value == "<<" && k.Tag == "!!merge" {
-			sources, err := mergeSources(path, value)
+		if isMergeKey(k) {
+			sources, err := mergeSources(x.path, value)
 			if err != nil {
 				return nil, err
 			}
@@ -123,12 +226,15 @@ func expandMapping(path string, node *yaml.Node, depth int) (*yaml.Node, error) 
 			continue
 		}
 		key := *k
+		key.Anchor = ""
 		out.Content = append(out.Content, &key, value)
+		written[k.Value] = true
 	}
 	for _, src := range merged {
 		for i := 0; i+1 < len(src.Content); i += 2 {
-			if lookup(&out, src.Content[i].Value) == nil {
-				out.Content = append(out.Content, src.Content[i], src.Content[i+1])
+			if k := src.Content[i]; !written[k.Value] {
+				out.Content = append(out.Content, k, src.Content[i+1])
+				written[k.Value] = true
 			}
 		}
 	}
@@ -215,9 +321,13 @@ func convolveMapping(node *yaml.Node, chain []string) {
 			*w = winner{rank: rank, key: k, value: v}
 		}
 	}
+	position := make(map[string]int, len(kept)/2)
+	for i := 0; i+1 < len(kept); i += 2 {
+		position[kept[i].Value] = i
+	}
 	for _, name := range order {
 		w := winners[name]
-		if existing := indexKey(kept, name); existing >= 0 {
+		if existing, ok := position[name]; ok {
 			kept[existing+1] = w.value
 			continue
 		}
@@ -231,15 +341,6 @@ func convolveMapping(node *yaml.Node, chain []string) {
 func indexOf(list []string, s string) int {
 	for i, x := range list {
 		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
-func indexKey(content []*yaml.Node, key string) int {
-	for i := 0; i+1 < len(content); i += 2 {
-		if content[i].Value == key {
 			return i
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -112,8 +113,27 @@ func (c *applyCommand) cluster() (*rest.Config, string, error) {
 	if namespace == "" {
 		namespace = "default"
 	}
+	c.credentials = credentialsOf(cc, rules, cfg)
 	cfg.UserAgent = "toa-apply/" + toolVersion()
-	return cfg, namespace, nil
+	return rollout.WithRequestTimeout(cfg, c.RequestTimeout), namespace, nil
+}
+
+// credentialsOf names where the client's credentials come from, for a server that refuses them:
+// the user of the context in the kubeconfig file, or the pod's service account.
+func credentialsOf(cc clientcmd.ClientConfig, rules *clientcmd.ClientConfigLoadingRules, cfg *rest.Config) string {
+	raw, err := cc.RawConfig()
+	if err != nil || len(raw.Contexts) == 0 {
+		return "the pod's service account token (in-cluster configuration)"
+	}
+	name := raw.CurrentContext
+	if ctx := raw.Contexts[name]; ctx != nil {
+		file := rules.GetDefaultFilename()
+		if ctx.LocationOfOrigin != "" {
+			file = ctx.LocationOfOrigin
+		}
+		return fmt.Sprintf("user %q of context %q in %s", ctx.AuthInfo, name, file)
+	}
+	return "the credentials for " + cfg.Host
 }
 
 // exitError gives rollout's errors the exit codes of DESIGN.md.
@@ -121,19 +141,45 @@ func (c *applyCommand) exitError(err error) error {
 	var input *fault.Input
 	var awaiting *rollout.Awaiting
 	var failure *rollout.Failure
+	var noAnswer *rollout.NoAnswer
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &input):
 		return err
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("%w\n  the API server did not accept %s: check its token or client certificate "+
+			"(it may have expired; an exec or auth-provider plugin may need a new login); "+
+			"`kubectl auth whoami` with the same kubeconfig and context shows what the server sees", err, c.credentials)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("%w\n  the API server knows %s but does not allow this: check the Roles and "+
+			"RoleBindings of that user in the namespace (toa-apply needs get, list, watch, patch and delete "+
+			"on the application's kinds, and on Secrets for its inventory); `kubectl auth can-i --list -n NAMESPACE` shows what it may do", err, c.credentials)
+	case errors.As(err, &noAnswer):
+		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):
-		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)", err, c.Timeout))
+		var pods []rollout.PodReport
+		for _, s := range awaiting.Deployments {
+			pods = append(pods, s.Pods...)
+		}
+		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)%s", err, c.Timeout, explanation(pods)))
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.TimedOut(fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err))
 	case errors.As(err, &failure):
-		return fmt.Errorf("rollout failed: %w", err)
+		return fmt.Errorf("rollout failed: %w%s", err, explanation(failure.Pods))
 	}
 	return err
+}
+
+// explanation is the text of pod reports under an error, "" for none.
+func explanation(pods []rollout.PodReport) string {
+	if len(pods) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte('\n')
+	rollout.WritePods(&b, pods, time.Now())
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // report prints what was applied, pruned, adopted or deleted, as kubectl does, or the result as

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
@@ -152,8 +157,9 @@ func TestApplyExitCodes(t *testing.T) {
 	ns := harness.Namespace(t, kubeconfig)
 	log := cli.Logger(io.Discard, false)
 	run := func(dir string, change func(c *applyCommand)) error {
-		c := &applyCommand{Dir: dir, DryRun: "none", Timeout: time.Minute, Prune: true, Kubeconfig: kubeconfig,
-			Namespace: ns, Output: cli.Text}
+		// a request bound shorter than the rollouts: it must not cut the wait's watches
+		c := &applyCommand{Dir: dir, DryRun: "none", Timeout: time.Minute, RequestTimeout: 2 * time.Second,
+			Prune: true, Kubeconfig: kubeconfig, Namespace: ns, Output: cli.Text}
 		if change != nil {
 			change(c)
 		}
@@ -169,12 +175,130 @@ func TestApplyExitCodes(t *testing.T) {
 	if cli.ExitCode(err) != cli.ExitFailed || !strings.Contains(fmt.Sprint(err), "CrashLoopBackOff") {
 		t.Errorf("a crash-looping rollout: exit %d, %v; want %d and CrashLoopBackOff", cli.ExitCode(err), err, cli.ExitFailed)
 	}
+	// explained: the pod's containers' last state and its Events
+	for _, part := range []string{"last state: terminated, exit code 1 (Error)", "events (last seen", "Scheduled"} {
+		if !strings.Contains(fmt.Sprint(err), part) {
+			t.Errorf("the failure does not say %q", part)
+		}
+	}
 	err = run(kustomization(t, "v3", ""), func(c *applyCommand) { c.Timeout = 2 * time.Second })
 	t.Logf("timeout: exit %d: %v", cli.ExitCode(err), err)
 	if cli.ExitCode(err) != cli.ExitTimeout || !strings.Contains(fmt.Sprint(err), "composition-carts") {
 		t.Errorf("a timeout: exit %d, %v; want %d naming the Deployment", cli.ExitCode(err), err, cli.ExitTimeout)
 	}
+	if !strings.Contains(fmt.Sprint(err), "  pod composition-carts-") {
+		t.Errorf("the timeout does not show the awaited pods: %v", err)
+	}
 	if err := run(kustomization(t, "v3", ""), func(c *applyCommand) { c.Delete = true }); err != nil {
 		t.Errorf("toa-apply --delete: %v", err)
+	}
+}
+
+// silentServer accepts connections and never answers: the API server of a kubeconfig that is
+// up but hung, or a port that is something else's.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn) // held open, never read from or written to
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// A server that accepts and never answers fails the run within --request-timeout, not
+// --timeout, with exit 3 and a message that names the server; over plain HTTP and over TLS.
+func TestSilentServer(t *testing.T) {
+	addr := silentServer(t)
+	for _, server := range []string{"http://" + addr, "https://" + addr} {
+		t.Run(server[:strings.Index(server, ":")], func(t *testing.T) {
+			kubeconfig := filepath.Join(t.TempDir(), "config")
+			cfg := strings.ReplaceAll(kubeconfigYAML, "https://127.0.0.1:6443", server)
+			cfg = strings.ReplaceAll(cfg, "cluster: {server:", "cluster: {insecure-skip-tls-verify: true, server:")
+			if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", Timeout: 5 * time.Minute,
+				RequestTimeout: 2 * time.Second, Prune: true, Kubeconfig: kubeconfig, Output: cli.Text}
+			start := time.Now()
+			err := c.Run(context.Background(), cli.Logger(io.Discard, false))
+			took := time.Since(start)
+			t.Logf("exit %d after %s: %v", cli.ExitCode(err), took.Round(time.Millisecond), err)
+			if cli.ExitCode(err) != cli.ExitTimeout {
+				t.Errorf("exit %d, want %d", cli.ExitCode(err), cli.ExitTimeout)
+			}
+			if !strings.Contains(fmt.Sprint(err), addr) || !strings.Contains(fmt.Sprint(err), "--request-timeout") {
+				t.Errorf("%v does not name the server and --request-timeout", err)
+			}
+			if took > 10*time.Second {
+				t.Errorf("took %s with --request-timeout 2s", took)
+			}
+		})
+	}
+}
+
+// Credentials the API server refuses (401), or a user it knows that may not apply (403): the
+// message says which kubeconfig user to check and how; a real API server answers.
+func TestRefusedCredentials(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the local control plane")
+	}
+	kubeconfig := harness.Kubeconfig(t)
+	ns := harness.Namespace(t, kubeconfig)
+	raw, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		change func(u *clientcmdapi.AuthInfo)
+		want   []string
+	}{
+		{"401", func(u *clientcmdapi.AuthInfo) { u.Token = "not-a-token" }, []string{"Unauthorized", "did not accept user", "token or client certificate", "kubectl auth whoami"}},
+		{"403", func(u *clientcmdapi.AuthInfo) { u.Impersonate = "toa-test-nobody" }, []string{"forbidden", "does not allow this", "Roles and RoleBindings", "kubectl auth can-i"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := raw.DeepCopy()
+			for _, u := range cfg.AuthInfos {
+				tt.change(u)
+			}
+			path := filepath.Join(t.TempDir(), "config")
+			if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+				t.Fatal(err)
+			}
+			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", Timeout: time.Minute,
+				RequestTimeout: 10 * time.Second, Prune: true, Kubeconfig: path, Namespace: ns, Output: cli.Text}
+			err := c.Run(context.Background(), cli.Logger(io.Discard, false))
+			t.Logf("exit %d: %v", cli.ExitCode(err), err)
+			if cli.ExitCode(err) != cli.ExitFailed {
+				t.Errorf("exit %d, want %d", cli.ExitCode(err), cli.ExitFailed)
+			}
+			for _, part := range append(tt.want, path) {
+				if !strings.Contains(fmt.Sprint(err), part) {
+					t.Errorf("the error does not say %q", part)
+				}
+			}
+		})
 	}
 }

@@ -25,6 +25,7 @@ type applyCommand struct {
 	Render         bool          `name:"render" help:"Print the rendered YAML and stop."`
 	DryRun         string        `name:"dry-run" enum:"none,server" default:"none" help:"server: show what would change, change nothing."`
 	Timeout        time.Duration `name:"timeout" default:"5m" help:"How long to wait for the rollout (a Go duration: 90s, 12m, 1h30m)."`
+	RequestTimeout time.Duration `name:"request-timeout" default:"30s" help:"How long one request to the API server may go unanswered (0: no bound)."`
 	Prune          bool          `name:"prune" default:"true" negatable:"" help:"Delete what the application had and no longer has."`
 	ForceConflicts bool          `name:"force-conflicts" help:"Take fields that other managers own."`
 	Delete         bool          `name:"delete" help:"Remove the whole application."`
@@ -33,6 +34,8 @@ type applyCommand struct {
 	Namespace      string        `name:"namespace" short:"n" help:"The namespace to apply to."`
 	Output         cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+
+	credentials string // where the kubeconfig's credentials come from, for a 401 or 403
 }
 
 func main() {

@@ -11,7 +11,7 @@ import (
 
 // toa-apply --render prints what kustomize.Render renders: the reviewed golden file.
 func TestRender(t *testing.T) {
-	testdata := filepath.Join("..", "..", "kustomize", "testdata")
+	testdata := filepath.Join("..", "..", "manifest", "testdata")
 	c := &applyCommand{Dir: filepath.Join(testdata, "written", "declared.default"), Render: true}
 	var out bytes.Buffer
 	if err := c.render(&out); err != nil {

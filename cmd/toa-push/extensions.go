@@ -32,9 +32,10 @@ func (c *pushCommand) extensions(ctx context.Context, log *logrus.Logger, app *t
 	return deps, nil
 }
 
-// dependencies asks the packages; what they print goes to stderr with --verbose.
+// dependencies asks the packages, or takes an earlier run's answers from the cache; what they
+// print goes to stderr with --verbose.
 func (c *pushCommand) dependencies(ctx context.Context, log *logrus.Logger, app *toa.Application) (*manifest.Dependencies, error) {
-	var opts []extension.Option
+	opts := []extension.Option{extension.WithCache(cacheDir())}
 	if c.Verbose {
 		opts = append(opts, extension.WithOutput(os.Stderr))
 	}
@@ -45,6 +46,12 @@ func (c *pushCommand) dependencies(ctx context.Context, log *logrus.Logger, app 
 	}
 	for _, d := range res.Dependencies {
 		log.Debugf("%s %s from %s", d.Reference, d.Version, d.Dir)
+	}
+	if res.Started == 0 {
+		log.Debug("the extensions' answers are the cache's: nothing they read has changed")
+	}
+	for _, w := range res.Warnings {
+		log.Warn(w)
 	}
 	return manifest.Merge(res), nil
 }

@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 
+	"sigs.k8s.io/kustomize/api/types"
+
 	"github.com/toa-deploy/toa-deploy/image"
-	"github.com/toa-deploy/toa-deploy/kustomize"
 	"github.com/toa-deploy/toa-deploy/manifest"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -21,15 +22,19 @@ func writeKustomization(app *toa.Application, plan *image.Plan, deps *manifest.D
 	if err != nil {
 		return err
 	}
-	images := make([]kustomize.Image, 0, len(plan.Images))
+	images := make([]types.Image, 0, len(plan.Images))
 	for _, img := range plan.Images {
 		digest := digests[img.Repository]
 		if digest == "" && img.Tag == "" {
 			return &notWrittenError{fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}
 		}
-		images = append(images, kustomize.Image{Name: img.Repository, Digest: digest, NewTag: img.Tag})
+		images = append(images, types.Image{Name: img.Repository, Digest: digest, NewTag: img.Tag})
 	}
-	return kustomize.Write(dir, objects, images, app.Name)
+	files, err := manifest.Kustomization(objects, images, app.Name)
+	if err != nil {
+		return err
+	}
+	return manifest.WriteKustomization(dir, files)
 }
 
 // notWrittenError says why the kustomization was not written, when that is no failure of the

@@ -1,65 +1,65 @@
 'use strict'
 
-// Stand-in for @toa.io/bindings.amqp, to the contract of connectors/bindings.amqp/source/
-// deployment.ts and its deployment/{annotation,context,sources}.ts (toa-io/toa): the annotation
-// is a URI, a list of them, or {context, sources}; the context's broker is global
-// (TOA_AMQP_CONTEXT and the credentials' secret references), and a component whose receivers
-// name a `source` gets that foreign broker's URI and credentials.
+// Stand-in for @toa.io/bindings.amqp, to the contract of connectors/bindings.amqp/source/index.js,
+// deployment.ts and deployment/{annotation,context,sources}.ts (toa-io/toa), in the era of Toa
+// 1.0.0-alpha.289, whose packages write their values as JSON (the ESM deployment/context.ts:
+// `JSON.stringify(context)`) where 1.0.0-alpha.110 wrote base64. The annotation is a URI, a list
+// of them, or {context, sources}, each a pointer map (@toa.io/pointer): the context's broker is
+// global (TOA_AMQP_CONTEXT and the credentials of each of its keys), and a component whose
+// receivers name a `source` gets that broker's URIs and credentials.
 
-const assert = require('node:assert')
+const pointer = require('@toa.io/pointer')
+
+exports.properties = { async: true }
 
 exports.deployment = function deployment (instances, declaration) {
   const annotation = normalize(declaration)
-  const global = [{ name: 'TOA_AMQP_CONTEXT', value: encode(annotation.context) }]
+  const global = createContextVariables(annotation.context)
+  const sources = createSourcesVariables(annotation.sources, instances)
 
-  for (const key of Object.keys(annotation.context)) {
-    const suffix = key === '.' ? '' : key.toUpperCase().replaceAll(/[-.]/g, '_')
-
-    for (const field of ['USERNAME', 'PASSWORD'])
-      global.push({
-        name: `TOA_AMQP_CONTEXT_${suffix}_${field}`,
-        secret: { name: 'toa-amqp-context' + (key === '.' ? '.default' : '-' + key), key: field.toLowerCase() }
-      })
-  }
-
-  const variables = { global }
-
-  for (const instance of instances) {
-    for (const receiver of Object.values(instance.component.receivers ?? {})) {
-      const source = receiver.source
-
-      if (source === undefined) continue
-
-      const uri = annotation.sources?.[source]
-
-      assert.ok(uri !== undefined, `Source '${source}' of '${instance.locator.id}' is not declared in the amqp annotation`)
-
-      const upper = source.toUpperCase().replaceAll(/[-.]/g, '_')
-
-      ;(variables[instance.locator.label] ??= []).push(
-        { name: `TOA_AMQP_SOURCES_${upper}`, value: [uri].flat().join(' ') },
-        { name: `TOA_AMQP_SOURCES_${upper}_USERNAME`, secret: { name: `toa-amqp-sources-${source}`, key: 'username' } },
-        { name: `TOA_AMQP_SOURCES_${upper}_PASSWORD`, secret: { name: `toa-amqp-sources-${source}`, key: 'password' } })
-    }
-  }
-
-  return { variables }
+  return { variables: { global, ...sources } }
 }
 
 function normalize (declaration) {
-  assert.ok(declaration !== undefined, "'amqp' context annotation is required")
+  const annotation = expand(declaration)
 
-  if (typeof declaration === 'string' || Array.isArray(declaration))
-    return { context: { '.': [declaration].flat() } }
-
-  const context = declaration.context
-
-  return {
-    context: typeof context === 'string' || Array.isArray(context) ? { '.': [context].flat() } : context,
-    sources: declaration.sources
-  }
+  return { context: pointer.normalize(annotation.context), sources: pointer.normalize(annotation.sources) }
 }
 
-function encode (value) {
-  return Buffer.from(JSON.stringify(value)).toString('base64')
+function expand (declaration) {
+  if (typeof declaration === 'string') return { context: { '.': [declaration] } }
+  else if (Array.isArray(declaration)) return { context: { '.': declaration } }
+  else return declaration
+}
+
+const CONTEXT = 'amqp-context'
+const SOURCES = 'amqp-sources'
+
+function createContextVariables (context) {
+  const variables = [{ name: 'TOA_AMQP_CONTEXT', value: JSON.stringify(context) }]
+
+  for (const key of Object.keys(context))
+    for (const secretKey of ['username', 'password'])
+      variables.push({
+        name: pointer.naming.nameVariable(CONTEXT, key === '.' ? '' : key, secretKey.toUpperCase()),
+        secret: { name: pointer.naming.nameSecret(CONTEXT, key), key: secretKey }
+      })
+
+  return variables
+}
+
+function createSourcesVariables (sources, instances) {
+  const requests = []
+
+  for (const instance of instances) {
+    const receivers = instance.component.receivers
+
+    if (receivers === undefined) continue
+
+    const selectors = Object.values(receivers).map((receiver) => receiver.source).filter((source) => source !== undefined)
+
+    requests.push({ group: instance.locator.label, selectors })
+  }
+
+  return pointer.createVariables(SOURCES, sources, requests)
 }

@@ -1,0 +1,316 @@
+package attest
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+)
+
+// Package is one npm package installed into an image, as npm recorded it.
+type Package struct {
+	Name      string // "@esbuild/linux-arm64"
+	Version   string // "0.25.12"
+	Resolved  string // where npm fetched it from, "" when npm did not record it
+	Integrity string // "sha512-<base64>", "" when npm did not record it
+	License   string // an SPDX expression as the package's package.json says it, or ""
+	// Path is where it is installed, relative to the install's folder:
+	// "node_modules/debug/node_modules/ms".
+	Path     string
+	Optional bool
+	// Dependencies are the Paths of the installed packages it depends on, resolved as node
+	// resolves require(): the nearest node_modules folder up from the package that has it.
+	Dependencies []string
+}
+
+// Install is what one npm install put into a layer: a component's node_modules
+// (composition/<label>/node_modules) or the global packages (usr/local/lib/node_modules).
+type Install struct {
+	// Root is the folder node_modules is in, inside the image: "composition/shop-orders",
+	// "usr/local/lib" for `npm i -g`.
+	Root     string
+	Packages []Package // by Path
+}
+
+// maxLockfile bounds what is read of a hidden lockfile; npm's for thousands of packages is a
+// few MB.
+const maxLockfile = 64 << 20
+
+// maxManifest bounds what is read of one installed package.json.
+const maxManifest = 1 << 20
+
+// hiddenLockfile is npm's record of what it installed into a node_modules folder (npm 7 and
+// later write it on every install: @npmcli/arborist, lib/shrinkwrap.js). Its entries carry each
+// package's version, integrity, resolved URL (unless omit-lockfile-registry-resolved is set) and
+// the license field of the package's own package.json (arborist's pkgMetaKeys).
+const hiddenLockfile = "node_modules/.package-lock.json"
+
+// InstalledIn reads what npm installed into a layer that toa-push made of one npm install
+// (layer.Dependencies, layer.Global), or nil when the layer holds no node_modules.
+//
+// Entries are in order, a folder before what it holds (layer/tar.go), so the hidden lockfile
+// comes right after node_modules/.bin: reading stops there, and a layer in a registry costs a
+// few kilobytes of its stream, not the whole blob. An install without a hidden lockfile (npm's
+// global installs write none) is read from its packages' package.json files, to the end.
+func InstalledIn(l v1.Layer) (*Install, error) {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return readInstall(rc)
+}
+
+func readInstall(r io.Reader) (*Install, error) {
+	tr := tar.NewReader(r)
+	var found *Install
+	manifests := map[string]map[string]packageJSON{} // root → package path → its package.json
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the layer: %w", err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		if root, ok := strings.CutSuffix(name, "/"+hiddenLockfile); ok && !strings.Contains(root, "node_modules") {
+			pkgs, err := parseLockfile(io.LimitReader(tr, maxLockfile))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			return &Install{Root: root, Packages: pkgs}, nil
+		}
+		root, pkgPath, ok := packageRoot(name)
+		if !ok {
+			continue
+		}
+		var m packageJSON
+		if err := json.NewDecoder(io.LimitReader(tr, maxManifest)).Decode(&m); err != nil {
+			continue // a package.json npm did not read either; nothing to say of it
+		}
+		if manifests[root] == nil {
+			manifests[root] = map[string]packageJSON{}
+		}
+		manifests[root][pkgPath] = m
+	}
+	for root, pkgs := range manifests { // one install per layer: at most one root
+		found = &Install{Root: root, Packages: fromManifests(pkgs)}
+	}
+	return found, nil
+}
+
+// packageRoot splits ".../<root>/node_modules/<name>/package.json" (a scoped name has two
+// segments) into root and "node_modules/<name>", for the outermost node_modules.
+func packageRoot(name string) (root, pkgPath string, ok bool) {
+	dir, file := path.Split(name)
+	if file != "package.json" {
+		return "", "", false
+	}
+	dir = strings.TrimSuffix(dir, "/")
+	i := strings.Index(dir, "/node_modules/")
+	if i < 0 {
+		if !strings.HasPrefix(dir, "node_modules/") {
+			return "", "", false
+		}
+		i = -1
+	}
+	root, pkgPath = "", dir
+	if i >= 0 {
+		root, pkgPath = dir[:i], dir[i+1:]
+	}
+	// the folder must be a package: node_modules/<name> or node_modules/@scope/<name>, nested
+	// any number of times
+	segments := strings.Split(pkgPath, "/")
+	for j := 0; j < len(segments); {
+		if segments[j] != "node_modules" || j+1 >= len(segments) {
+			return "", "", false
+		}
+		j++
+		if strings.HasPrefix(segments[j], "@") {
+			j++
+			if j >= len(segments) {
+				return "", "", false
+			}
+		}
+		j++
+	}
+	return root, pkgPath, true
+}
+
+// lockEntry is an entry of "packages" in a lockfile (lockfileVersion 2 and 3).
+type lockEntry struct {
+	Name                 string            `json:"name"` // set for aliases and links only
+	Version              string            `json:"version"`
+	Resolved             string            `json:"resolved"`
+	Integrity            string            `json:"integrity"`
+	License              json.RawMessage   `json:"license"`
+	Link                 bool              `json:"link"`
+	Dev                  bool              `json:"dev"`
+	Optional             bool              `json:"optional"`
+	Dependencies         map[string]string `json:"dependencies"`
+	OptionalDependencies map[string]string `json:"optionalDependencies"`
+	PeerDependencies     map[string]string `json:"peerDependencies"`
+}
+
+func parseLockfile(r io.Reader) ([]Package, error) {
+	var lock struct {
+		LockfileVersion int                  `json:"lockfileVersion"`
+		Packages        map[string]lockEntry `json:"packages"`
+	}
+	if err := json.NewDecoder(r).Decode(&lock); err != nil {
+		return nil, fmt.Errorf("not a lockfile npm wrote: %w", err)
+	}
+	if lock.LockfileVersion < 2 {
+		return nil, fmt.Errorf("lockfileVersion %d: npm 7 or later writes 2 or 3", lock.LockfileVersion)
+	}
+	present := map[string]bool{}
+	for p := range lock.Packages {
+		present[p] = true
+	}
+	var out []Package
+	for p, e := range lock.Packages {
+		if p == "" || !strings.HasPrefix(p, "node_modules/") || e.Dev {
+			continue // the root, a workspace folder, or what --omit=dev left out
+		}
+		pkg := Package{Name: e.Name, Version: e.Version, Resolved: e.Resolved, Integrity: e.Integrity,
+			License: license(e.License), Path: p, Optional: e.Optional}
+		if pkg.Name == "" {
+			pkg.Name = nameOf(p)
+		}
+		for _, deps := range []map[string]string{e.Dependencies, e.OptionalDependencies, e.PeerDependencies} {
+			for dep := range deps {
+				if at := resolve(present, p, dep); at != "" {
+					pkg.Dependencies = append(pkg.Dependencies, at)
+				}
+			}
+		}
+		out = append(out, tidy(pkg))
+	}
+	sortPackages(out)
+	return out, nil
+}
+
+// packageJSON is what is read of an installed package's package.json when npm left no record.
+type packageJSON struct {
+	Name         string            `json:"name"`
+	Version      string            `json:"version"`
+	License      json.RawMessage   `json:"license"`
+	Resolved     string            `json:"_resolved"`  // npm 6 and older
+	Integrity    string            `json:"_integrity"` // npm 6 and older
+	Dependencies map[string]string `json:"dependencies"`
+	Optional     map[string]string `json:"optionalDependencies"`
+}
+
+func fromManifests(pkgs map[string]packageJSON) []Package {
+	present := map[string]bool{}
+	for p := range pkgs {
+		present[p] = true
+	}
+	var out []Package
+	for p, m := range pkgs {
+		pkg := Package{Name: m.Name, Version: m.Version, Resolved: m.Resolved, Integrity: m.Integrity,
+			License: license(m.License), Path: p}
+		if pkg.Name == "" {
+			pkg.Name = nameOf(p)
+		}
+		for _, deps := range []map[string]string{m.Dependencies, m.Optional} {
+			for dep := range deps {
+				if at := resolve(present, p, dep); at != "" {
+					pkg.Dependencies = append(pkg.Dependencies, at)
+				}
+			}
+		}
+		out = append(out, tidy(pkg))
+	}
+	sortPackages(out)
+	return out
+}
+
+// nameOf is the package name of an install path: "node_modules/a/node_modules/@s/b" → "@s/b".
+func nameOf(p string) string {
+	i := strings.LastIndex(p, "node_modules/")
+	return p[i+len("node_modules/"):]
+}
+
+// resolve finds where require(dep) from the package at from lands: from's own node_modules,
+// then each node_modules folder above it.
+func resolve(present map[string]bool, from, dep string) string {
+	dir := from
+	for {
+		if candidate := dir + "/node_modules/" + dep; present[candidate] {
+			return candidate
+		}
+		i := strings.LastIndex(dir, "/node_modules/")
+		if i < 0 {
+			break
+		}
+		dir = dir[:i]
+	}
+	if candidate := "node_modules/" + dep; present[candidate] {
+		return candidate
+	}
+	return ""
+}
+
+// license reads a package.json's license: a string, or the {"type": ...} object of old packages
+// (arborist keeps only its type too).
+func license(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return strings.TrimSpace(s)
+	}
+	var o struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(raw, &o) == nil {
+		return strings.TrimSpace(o.Type)
+	}
+	return ""
+}
+
+func tidy(p Package) Package {
+	sort.Strings(p.Dependencies)
+	p.Dependencies = compact(p.Dependencies)
+	return p
+}
+
+func compact(s []string) []string {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func sortPackages(p []Package) {
+	sort.Slice(p, func(i, j int) bool { return p[i].Path < p[j].Path })
+}
+
+// Direct are the Paths of the packages a package.json's dependencies resolve to at the top of
+// an install.
+func (in *Install) Direct(names []string) []string {
+	present := map[string]bool{}
+	for _, p := range in.Packages {
+		present[p.Path] = true
+	}
+	var out []string
+	for _, n := range names {
+		if p := "node_modules/" + n; present[p] {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return compact(out)
+}

@@ -1,0 +1,1 @@
+module.exports = () => require('ms')('2 days')

@@ -1,0 +1,30 @@
+package harness
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Tool returns the path of a client the tests read our output with, built from its Go module by
+// testdata/tools/install.sh into $TOA_CACHE/tools (default ~/.cache/toa-deploy/tools): "oras",
+// "cosign". A missing tool fails the test with what to run; under -short the test is skipped.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs " + name + ", built by testdata/tools/install.sh")
+	}
+	cache := os.Getenv("TOA_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = filepath.Join(home, ".cache", "toa-deploy")
+	}
+	path := filepath.Join(cache, "tools", name)
+	if info, err := os.Stat(path); err != nil || info.Mode()&0o111 == 0 {
+		t.Fatalf("no %s at %s: run `bash testdata/tools/install.sh %s`, or `make test`, which runs it", name, path, name)
+	}
+	return path
+}
