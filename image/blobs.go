@@ -17,7 +17,7 @@ type blobIndex struct {
 	mu         sync.Mutex
 	held       map[string]map[string]bool // digest → repositories this run knows hold it
 	remembered map[string]string          // digest → a repository an earlier run wrote it to
-	flights    map[string]*flight         // digest → its upload under way
+	flights    map[string]*flight         // digest, or repository@digest → its transfer under way
 	file       string                     // where what is written is remembered; "" for nowhere
 }
 
@@ -147,23 +147,23 @@ func (b *blobIndex) write(line string) {
 	f.Close()
 }
 
-// takeOff starts the upload of digest, or returns the one under way: owner is true for the
-// caller that must send it and then land it.
-func (b *blobIndex) takeOff(digest string) (f *flight, owner bool) {
+// takeOff starts the transfer named key (a digest, or repository@digest), or returns the one
+// under way: owner is true for the caller that must make it and then land it.
+func (b *blobIndex) takeOff(key string) (f *flight, owner bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if f := b.flights[digest]; f != nil {
+	if f := b.flights[key]; f != nil {
 		return f, false
 	}
 	f = &flight{done: make(chan struct{})}
-	b.flights[digest] = f
+	b.flights[key] = f
 	return f, true
 }
 
-// land ends the upload of digest, with its outcome for those who waited.
-func (b *blobIndex) land(digest string, f *flight, err error) {
+// land ends the transfer named key, with its outcome for those who waited.
+func (b *blobIndex) land(key string, f *flight, err error) {
 	b.mu.Lock()
-	delete(b.flights, digest)
+	delete(b.flights, key)
 	b.mu.Unlock()
 	f.err = err
 	close(f.done)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 // registryStandIn answers /v2/ as a registry does and every other request with 404 "manifest
@@ -204,5 +206,38 @@ func writeConfig(t *testing.T, file, content string) {
 	}
 	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The same against a real registry: Distribution speaking HTTPS on 127.0.0.1 with a certificate
+// no system trusts. Without --ca-file the push fails with the certificate's error and the way
+// out; with it, the push completes.
+func TestPushToTLSRegistryOnLoopback(t *testing.T) {
+	addr, ca := harness.TLSRegistry(t)
+	baseAddr, _ := harness.RegistryWithLog(t)
+	baseRef := harness.PushRandomBase(t, baseAddr)
+	dir := twoCompositions(t, addr, baseRef)
+
+	reg, _ := NewRegistries()
+	_, err := pushWith(context.Background(), t, dir, baseRef, reg)
+	if err == nil {
+		t.Fatal("pushed through an untrusted certificate")
+	}
+	for _, want := range []string{"the TLS certificate of " + addr + " does not verify", "pass --ca-file FILE", "--insecure"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "400 Bad Request") {
+		t.Errorf("the plain HTTP attempt's answer reached the user:\n%v", err)
+	}
+
+	reg, _ = NewRegistries(WithCAFile(ca))
+	res, err := pushWith(context.Background(), t, dir, baseRef, reg)
+	if err != nil {
+		t.Fatalf("with --ca-file: %v", err)
+	}
+	if !res.Images[0].Built || !res.Images[1].Built {
+		t.Errorf("not built: %+v", res.Images)
 	}
 }

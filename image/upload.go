@@ -213,6 +213,26 @@ func (w *writer) blob(ctx context.Context, l v1.Layer) error {
 		if w.c.blobs.has(digest, repo) {
 			return nil
 		}
+		// one transfer of a blob into a repository at a time: the platforms of an image share
+		// layers, and a registry does not like two mounts of one blob into one repository at once
+		f, owner := w.c.blobs.takeOff(repo + "@" + digest)
+		if !owner {
+			if err := f.wait(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		err := w.place(ctx, l, digest)
+		w.c.blobs.land(repo+"@"+digest, f, err)
+		return err
+	}
+}
+
+// place mounts the blob from a repository of the registry that holds it, or sends it once: while
+// one repository receives it, the others wait and then mount it from there.
+func (w *writer) place(ctx context.Context, l v1.Layer, digest string) error {
+	repo := w.repo.RepositoryStr()
+	for {
 		if from, certain := w.c.blobs.source(digest, repo); from != "" && certain && !w.c.noMount.Load() {
 			return w.transfer(ctx, l, digest, from)
 		}
@@ -220,6 +240,9 @@ func (w *writer) blob(ctx context.Context, l v1.Layer) error {
 		if !owner {
 			if err := f.wait(ctx); err != nil {
 				return err // the run fails with it: trying again here would only take longer
+			}
+			if w.c.blobs.has(digest, repo) {
+				return nil
 			}
 			continue // it is in another repository now: mount it from there
 		}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"crypto/tls"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -111,6 +112,11 @@ http:
   addr: %s
   secret: %s
 `, storage, addr, hex.EncodeToString(secret))
+	scheme := "http"
+	if cert := filepath.Join(dir, "tls.crt"); fileExists(cert) { // TLSRegistry put a certificate there
+		yml += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", cert, filepath.Join(dir, "tls.key"))
+		scheme = "https"
+	}
 	if err := os.WriteFile(config, []byte(yml), 0o644); err != nil {
 		return "", nil, err
 	}
@@ -142,7 +148,7 @@ http:
 		})
 	}
 
-	if err := waitForRegistry(addr, exited); err != nil {
+	if err := waitForRegistry(scheme, addr, exited); err != nil {
 		stop()
 		return "", nil, fmt.Errorf("%w; its log (%s):\n%s", err, logPath, registryLogTail(logPath, 2000))
 	}
@@ -160,11 +166,12 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // waitForRegistry polls GET /v2/ until it answers 200, the process exits, or 30 s pass.
-func waitForRegistry(addr string, exited <-chan error) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+func waitForRegistry(scheme, addr string, exited <-chan error) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // is it up, not whom to trust
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := client.Get("http://" + addr + "/v2/")
+		resp, err := client.Get(scheme + "://" + addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -421,3 +428,8 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController (which the proxy flushes through) reach the real writer.
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func fileExists(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && !info.IsDir()
+}
