@@ -5,19 +5,27 @@ GO ?= go
 export TOA_CACHE ?= $(HOME)/.cache/toa-deploy
 BIN := $(CURDIR)/bin
 
-.PHONY: build test unit setup demo bench fmt vet clean
+.PHONY: build test unit fuzz setup demo bench fmt vet clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # vet and format first: they fail in seconds, the end-to-end tests take minutes
 # the control plane is stopped afterwards whatever the result; its binaries stay cached
-test: vet setup
+test: vet fuzz setup
 	$(GO) test -count=1 -timeout 25m ./...; status=$$?; bash testdata/controlplane/down.sh; exit $$status
 
 # the tests that need nothing but Go
 unit:
 	$(GO) test -short ./...
+
+# the loaders of the user's YAML fuzzed a few seconds each (their seeds and the corpus kept in
+# toa/testdata/fuzz run in every go test); an input that fails is written there, to keep as a case
+FUZZTIME ?= 5s
+fuzz:
+	@for target in FuzzContext FuzzManifest; do \
+	  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./toa/ || exit 1; \
+	done
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

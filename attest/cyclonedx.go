@@ -97,10 +97,7 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 	}
 	deps := map[string][]string{}
 	if img.Base.Digest != "" {
-		repo := img.Base.Reference
-		if i := strings.LastIndexAny(repo, ":@"); i > strings.LastIndex(repo, "/") {
-			repo = repo[:i]
-		}
+		repo := img.Base.Repository()
 		bom.Components = append(bom.Components, cdxComponent{
 			Type: "container", BOMRef: "base", Name: img.Base.Reference, Version: img.Base.Digest,
 			Description: "the base image, for " + img.Platform,

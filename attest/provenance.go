@@ -149,9 +149,5 @@ func hexDigest(d string) map[string]string {
 
 // baseURI is the base as an OCI reference by digest.
 func baseURI(b Base) string {
-	repo := b.Reference
-	if i := strings.LastIndexAny(repo, ":@"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i]
-	}
-	return "oci://" + repo + "@" + b.Digest
+	return "oci://" + b.Repository() + "@" + b.Digest
 }

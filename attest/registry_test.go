@@ -364,6 +364,9 @@ func TestAttachedToARegistry(t *testing.T) {
 	t.Run("cosign verify passes on the image and what is attached", func(t *testing.T) {
 		verify := []string{"verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", "--output", "json"}
 		run(t, cosign, append(verify, ref)...)
+		for _, m := range im.Manifests {
+			run(t, cosign, append(verify, img.Repository+"@"+m.Digest.String())...)
+		}
 		for _, a := range img.Attachments {
 			if a.Kind != "signature" {
 				run(t, cosign, append(verify, img.Repository+"@"+a.Digest)...)

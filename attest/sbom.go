@@ -29,6 +29,19 @@ type Base struct {
 	Digest    string // its manifest for the platform
 }
 
+// Repository is the base's repository as its reference names it, without tag or digest:
+// "ghcr.io/toa-io/runtime", "node" for "node:20".
+func (b Base) Repository() string {
+	repo := b.Reference
+	if i := strings.IndexByte(repo, '@'); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
+		repo = repo[:i]
+	}
+	return repo
+}
+
 // Component is a Toa component of an image, with what npm installed for it.
 type Component struct {
 	ID      string // "shop.orders"

@@ -315,3 +315,14 @@ func TestLicenseExpressions(t *testing.T) {
 		}
 	}
 }
+
+func TestBaseRepository(t *testing.T) {
+	for ref, want := range map[string]string{
+		"ghcr.io/toa-io/runtime:1.0.0": "ghcr.io/toa-io/runtime", "node:20": "node", "localhost:5000/bases/node:test": "localhost:5000/bases/node",
+		"localhost:5000/bases/node": "localhost:5000/bases/node", "node@sha256:ab": "node", "r.io:443/n:t@sha256:ab": "r.io:443/n",
+	} {
+		if got := (Base{Reference: ref}).Repository(); got != want {
+			t.Errorf("%s: %s, want %s", ref, got, want)
+		}
+	}
+}

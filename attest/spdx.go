@@ -110,10 +110,7 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 	rel("SPDXRef-DOCUMENT", "DESCRIBES", imageID)
 	if img.Base.Digest != "" {
 		baseID := spdxID("Base")
-		repo := img.Base.Reference
-		if i := strings.LastIndexAny(repo, ":@"); i > strings.LastIndex(repo, "/") {
-			repo = repo[:i]
-		}
+		repo := img.Base.Repository()
 		doc.Packages = append(doc.Packages, spdxPackage{
 			SPDXID: baseID, Name: img.Base.Reference, VersionInfo: img.Base.Digest, DownloadLocation: noAssertion,
 			Checksums:        digestChecksum(img.Base.Digest),

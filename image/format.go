@@ -43,13 +43,22 @@ var ociLayerTypes = map[types.MediaType]types.MediaType{
 	types.OCIUncompressedLayer:    types.OCIUncompressedLayer,
 }
 
-// asOCI returns the image as the first layers of a new OCI image: an OCI manifest with the OCI
-// config type, the same layers typed as OCI's, and no annotations or subject of the base's own
-// (they describe the base: its version, its sources, when it was made). Everything else, the
-// layers included, is read from img as it was, so that a layer of a registry can still be
-// mounted from it. A layer that cannot be carried (Windows' foreign layers, OCI's
-// non-distributable ones) is an error that names it.
+// baseAsOCI returns a base as the first layers of a new OCI image: asOCI, without the base's own
+// annotations and subject, which describe the base (its version, its sources, when it was made)
+// and not the image built on it.
+func baseAsOCI(img v1.Image, what string) (v1.Image, error) {
+	return toOCI(img, what, false)
+}
+
+// asOCI returns the image with an OCI manifest of the OCI config type and the same layers typed
+// as OCI's. Everything else, the layers included, is read from img as it was, so that a layer
+// of a registry can still be mounted from it. A layer that cannot be carried (Windows' foreign
+// layers, OCI's non-distributable ones) is an error that names it.
 func asOCI(img v1.Image, what string) (v1.Image, error) {
+	return toOCI(img, what, true)
+}
+
+func toOCI(img v1.Image, what string, keepAnnotations bool) (v1.Image, error) {
 	m, err := img.Manifest()
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest of %s: %w", what, err)
@@ -61,7 +70,9 @@ func asOCI(img v1.Image, what string) (v1.Image, error) {
 	}
 	out := m.DeepCopy()
 	out.MediaType = types.OCIManifestSchema1
-	out.Annotations, out.Subject = nil, nil
+	if !keepAnnotations {
+		out.Annotations, out.Subject = nil, nil
+	}
 	switch m.Config.MediaType {
 	case types.DockerConfigJSON, types.OCIConfigJSON:
 		out.Config.MediaType = types.OCIConfigJSON

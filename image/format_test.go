@@ -41,7 +41,7 @@ func built(t *testing.T, bases ...v1.Image) v1.ImageIndex {
 	var images []v1.Image
 	var targets []Target
 	for _, b := range bases {
-		base, err := asOCI(b, "the base")
+		base, err := baseAsOCI(b, "the base")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestImagesAreOCIOnEveryBase(t *testing.T) {
 // golden digests of images on OCI bases do not move.
 func TestOCIBaseKeepsItsDigests(t *testing.T) {
 	plain := memoryBaseWithout(t)
-	converted, err := asOCI(plain, "the base")
+	converted, err := baseAsOCI(plain, "the base")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,11 +138,11 @@ func digest(t *testing.T, img v1.Image) string {
 
 func TestBasesThatCannotBeCarried(t *testing.T) {
 	foreign := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerForeignLayer, "amd64")
-	if _, err := asOCI(foreign, "the base mcr.microsoft.com/windows"); err == nil || !strings.Contains(err.Error(), "vnd.docker.image.rootfs.foreign.diff.tar.gzip") {
+	if _, err := baseAsOCI(foreign, "the base mcr.microsoft.com/windows"); err == nil || !strings.Contains(err.Error(), "vnd.docker.image.rootfs.foreign.diff.tar.gzip") {
 		t.Errorf("a foreign layer: %v", err)
 	}
 	artifact := mutate.ConfigMediaType(memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"), "application/vnd.cncf.helm.config.v1+json")
-	if _, err := asOCI(artifact, "the base"); err == nil || !strings.Contains(err.Error(), "is not an image") {
+	if _, err := baseAsOCI(artifact, "the base"); err == nil || !strings.Contains(err.Error(), "is not an image") {
 		t.Errorf("an artifact: %v", err)
 	}
 }
@@ -174,4 +174,18 @@ func TestCheckOCIRefusesMixedFormats(t *testing.T) {
 func oneImage(mt types.MediaType, img v1.Image, arch string) v1.ImageIndex {
 	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, mt),
 		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
+}
+
+// A dependencies image read back keeps its annotations (where its base was read), so that the
+// images built over it are those a build from nothing makes.
+func TestDependenciesKeepTheirAnnotations(t *testing.T) {
+	deps := mutate.Annotations(memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"),
+		map[string]string{AnnotationBaseName: "node:20"}).(v1.Image)
+	again, err := asOCI(deps, "the dependencies image")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if digest(t, again) != digest(t, deps) {
+		t.Errorf("an OCI dependencies image read back: %s, written %s", digest(t, again), digest(t, deps))
+	}
 }

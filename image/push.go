@@ -355,7 +355,7 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	if err != nil {
 		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
 	}
-	if base, err = asOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
+	if base, err = baseAsOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
 		return nil, Target{}, err
 	}
 	cfg, err := base.ConfigFile()

@@ -43,6 +43,14 @@ var goldenCases = []struct {
 	{"extended", "default", false},
 	{"extended", "hosted", false},
 	{"extended", "default", true},
+	// modelled on Toa's own examples: its integration context, its userland example, the
+	// workspace of its deployment features
+	{"dummies", "default", false},
+	{"dummies", "dev", false},
+	{"dummies", "staging", false},
+	{"examples", "default", false},
+	{"collection", "default", false},
+	{"collection", "docker", false},
 }
 
 func caseName(app, env string, mono bool) string {

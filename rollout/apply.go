@@ -71,20 +71,25 @@ func applyWith(ctx context.Context, c *client, objects []*unstructured.Unstructu
 	return a.res, a.run(ctx, members(objects, set))
 }
 
+// SetOf is the ApplySet of the objects' Toa context in the namespace.
+func SetOf(objects []*unstructured.Unstructured, namespace string) (Set, error) {
+	return setOf(objects, namespace)
+}
+
 // setOf is the ApplySet of the objects' Toa context in the namespace.
 func setOf(objects []*unstructured.Unstructured, namespace string) (Set, error) {
 	if namespace == "" {
 		return Set{}, fault.BadInput(errors.New("no namespace to apply to"))
 	}
-	name, err := contextName(objects)
+	name, err := ContextName(objects)
 	if err != nil {
 		return Set{}, err
 	}
 	return NewSet(name, namespace), nil
 }
 
-// contextName is the toa/context label every object carries, the name of the application.
-func contextName(objects []*unstructured.Unstructured) (string, error) {
+// ContextName is the toa/context label every object carries, the name of the application.
+func ContextName(objects []*unstructured.Unstructured) (string, error) {
 	if len(objects) == 0 {
 		return "", fault.BadInput(errors.New("the kustomization has no objects"))
 	}
@@ -213,7 +218,7 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) err
 	case err != nil:
 		return fmt.Errorf("get %s: %w", ref, err)
 	}
-	force := a.opts.Force
+	force, before := a.opts.Force, live
 	if r, ok := helmRelease(live); ok {
 		a.res.Adopted = append(a.res.Adopted, ref)
 		a.releases[r.Namespace+"/"+r.Name] = r
@@ -245,7 +250,7 @@ func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) err
 	}
 	change := changeOf(live, out)
 	a.opts.logf("%s %s", ref, change)
-	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out})
+	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out, Live: before})
 	return nil
 }
 

@@ -46,6 +46,7 @@ type member struct {
 	ref     Ref
 	mapping *meta.RESTMapping
 	uid     types.UID
+	obj     *unstructured.Unstructured
 }
 
 // listMembers lists the objects of the kinds, in the namespaces, that carry the set's part-of
@@ -78,7 +79,7 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 					continue
 				}
 				seen[ref.key()] = true
-				out = append(out, member{ref: ref, mapping: m, uid: obj.GetUID()})
+				out = append(out, member{ref: ref, mapping: m, uid: obj.GetUID(), obj: obj})
 			}
 		}
 	}
@@ -121,6 +122,7 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 		}
 		a.opts.logf("%s pruned", m.ref)
 		a.res.Pruned = append(a.res.Pruned, m.ref)
+		a.res.pruned = append(a.res.pruned, m.obj)
 	}
 	return nil
 }
@@ -174,6 +176,9 @@ func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstruct
 		return res, nil
 	}
 	if err := waitGone(ctx, c, set, all, opts.logf); err != nil {
+		return res, err
+	}
+	if err := deleteRevisions(ctx, c, set); err != nil {
 		return res, err
 	}
 	if p.exists {

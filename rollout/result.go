@@ -52,6 +52,7 @@ type Applied struct {
 	Ref
 	Change Change                     `json:"change"`
 	Object *unstructured.Unstructured `json:"-"`
+	Live   *unstructured.Unstructured `json:"-"` // as it was before, nil when created
 }
 
 // HelmRelease is a release of the Node tool's Helm whose objects were adopted, with the Secrets
@@ -71,4 +72,6 @@ type Result struct {
 	Deleted []Ref         `json:"deleted,omitempty"` // deleted by Delete
 	Adopted []Ref         `json:"adopted,omitempty"` // taken over from a Helm release
 	Helm    []HelmRelease `json:"helmReleases,omitempty"`
+
+	pruned []*unstructured.Unstructured // the pruned objects as they were, in Pruned's order
 }

@@ -133,10 +133,10 @@ func loadComponent(dir string) (*Component, error) {
 	if err := c.readConnectors(m); err != nil {
 		return nil, err
 	}
-	if err := c.readVersion(m); err != nil {
+	if err := c.readPackage(); err != nil {
 		return nil, err
 	}
-	if err := c.readPackage(); err != nil {
+	if err := c.readVersion(m); err != nil { // hashes every file: after the checks of readPackage
 		return nil, err
 	}
 	return c, nil

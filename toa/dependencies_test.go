@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -72,5 +73,44 @@ func TestConnectors(t *testing.T) {
 	}
 	if want := filepath.Join(dir, "storage"); c.Storage != want || !reflect.DeepEqual(c.References(), []string{want, DefaultBinding}) {
 		t.Errorf("a storage of its own: %q, references %v", c.Storage, c.References())
+	}
+}
+
+// A manifest's extension sections in the order Toa's expand() leaves them: the `extensions`
+// entries named by package, then the top-level sections, then the `extensions` entries named by
+// shortcut, both in the order of Toa's table; each with its value as JSON in the file's order.
+func TestExtensionOrder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shop.orders")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "manifest.toa.yaml"), []byte(`state: ~
+configuration:
+  b: 1
+  a: 2
+extensions:
+  storages: tmp
+  '@acme/extensions.audit': {z: 1, y: 2}
+  exposition:
+    /: {GET: get}
+origins:
+  web: http://web
+`), 0o644)
+	c, err := LoadComponent(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range c.Extensions {
+		got = append(got, e.Package+" "+string(e.Raw))
+	}
+	want := []string{
+		`@acme/extensions.audit {"z":1,"y":2}`,
+		`@toa.io/extensions.origins {"web":"http://web"}`,
+		`@toa.io/extensions.configuration {"b":1,"a":2}`,
+		`@toa.io/extensions.state null`,
+		`@toa.io/extensions.exposition {"/":{"GET":"get"}}`,
+		`@toa.io/extensions.storages "tmp"`,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("extensions\n%v\nwant\n%v", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -119,7 +119,10 @@ func bytesText(n int64) string {
 	if value == float64(int64(value)) {
 		return fmt.Sprintf("%d %s", int64(value), unit)
 	}
-	return fmt.Sprintf("%.1f %s", value, unit)
+	if rounded := fmt.Sprintf("%.1f", value); !strings.HasSuffix(rounded, ".0") {
+		return rounded + " " + unit
+	}
+	return fmt.Sprintf("%d bytes", n) // 1 MiB and a byte is not "1.0 MiB"
 }
 
 // ReadJSON reads one of the user's JSON files (ReadFile) into v. A file that is not JSON, or

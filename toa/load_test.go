@@ -1,6 +1,7 @@
 package toa
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -276,6 +277,85 @@ func TestTheUserlandExample(t *testing.T) {
 	}
 	if want := []string{"@toa.io/extensions.configuration", "@toa.io/extensions.state"}; !reflect.DeepEqual(pkgs, want) {
 		t.Errorf("echo's extensions %v, want %v", pkgs, want)
+	}
+}
+
+// The project's own application modelled on Toa's integration context: what
+// TestTheIntegrationContext checks of Toa's, on a clone alone.
+func TestTheDummies(t *testing.T) {
+	dir := filepath.Join(apps, "dummies")
+	app := load(t, dir, "dev")
+	if got, want := compositionNames(app), []string{"messages", "dummies-a", "credits-balance"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("compositions %v, want %v", got, want)
+	}
+	if len(app.Warnings) != 1 || !strings.Contains(app.Warnings[0], "packages: is deprecated") {
+		t.Errorf("warnings %v", app.Warnings)
+	}
+	if !app.Registry.PlatformsFromHost || app.Registry.Base != "localhost:5000" {
+		t.Errorf("platforms@dev: ~ builds for the runner, base@dev: %+v", app.Registry)
+	}
+	if app.Runtime.Version != "0.0.0-test" {
+		t.Errorf("the installed runtime's version: %s", app.Runtime.Version)
+	}
+	expo, _ := app.Annotation("@toa.io/extensions.exposition")
+	m := expo.(map[string]any)
+	if m["class"] != "nginx" || m["annotations"] != nil || m["authorities"].(map[string]any)["dummies"] != "dummies.localhost" {
+		t.Errorf("exposition in dev: %v", m)
+	}
+	if mongo, _ := app.Annotation("@toa.io/storages.mongodb"); mongo != "mongodb://localhost" {
+		t.Errorf("mongodb in dev: %v", mongo)
+	}
+	for _, id := range []string{"credits.balance", "dummies.a", "stats.stats"} {
+		if c := app.Component(id); c == nil || c.Extensions[0].Package != "@toa.io/extensions.exposition" {
+			t.Errorf("%s: the exposition, by package name, by shortcut or at the top level: %+v", id, c)
+		}
+	}
+
+	app = load(t, dir, "staging")
+	expo, _ = app.Annotation("@toa.io/extensions.exposition")
+	m = expo.(map[string]any)
+	if m["class"] != "alb" || m["authorities"].(map[string]any)["dummies"] != "dummies.staging.toa.test" || m["annotations"] == nil {
+		t.Errorf("exposition in staging: %v", m)
+	}
+	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms) || app.Registry.Base != "registry.dummies.test" {
+		t.Errorf("registry in staging: %+v", app.Registry)
+	}
+	// the annotation as the extension sees it: keys in the file's order, the override in place
+	var raw json.RawMessage
+	for _, a := range app.Annotations {
+		if a.Package == "@toa.io/extensions.exposition" {
+			raw = a.Raw
+		}
+	}
+	if want := `{"authorities":{"dummies":"dummies.staging.toa.test"},"class":"alb","annotations":{"alb.ingress.kubernetes.io/scheme":"internet-facing","alb.ingress.kubernetes.io/target-type":"ip"}}`; string(raw) != want {
+		t.Errorf("the exposition's annotation in the file's order:\n%s\nwant\n%s", raw, want)
+	}
+}
+
+// The project's own application modelled on Toa's userland example: what TestTheUserlandExample
+// checks of Toa's, on a clone alone.
+func TestTheExamples(t *testing.T) {
+	app := load(t, filepath.Join(apps, "examples"), "default")
+	if got, want := compositionNames(app), []string{"default-echo", "math-calculations", "math-proxy", "tea-pots", "default-web"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("compositions %v, want %v", got, want)
+	}
+	if app.Registry.Base != "example" {
+		t.Errorf("registry: example: %+v", app.Registry)
+	}
+	web := app.Component("default.web")
+	if web == nil || web.Extensions[0].Package != "@toa.io/extensions.origins" {
+		t.Fatalf("web: %+v", web)
+	}
+	echo := app.Component("default.echo")
+	var pkgs []string
+	for _, e := range echo.Extensions {
+		pkgs = append(pkgs, e.Package)
+	}
+	if want := []string{"@toa.io/extensions.configuration", "@toa.io/extensions.state"}; !reflect.DeepEqual(pkgs, want) {
+		t.Errorf("echo's extensions %v, want %v", pkgs, want)
+	}
+	if pots := app.Component("tea.pots"); pots.Storage != DefaultStorage || !reflect.DeepEqual(pots.Receivers, []Receiver{{Event: "store.orders.created", Binding: "amqp"}}) {
+		t.Errorf("tea.pots: storage %s receivers %+v", pots.Storage, pots.Receivers)
 	}
 }
 

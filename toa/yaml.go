@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -39,7 +40,7 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: 1}, nil
 		}
-		return nil, syntaxError(path, err)
+		return nil, syntaxError(path, data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -101,15 +102,84 @@ func notAllowedInYAML(r rune) bool {
 }
 
 // syntaxError turns the parser's message ("yaml: line 3: did not find expected key") into one
-// of ours, with the line where the parser gives one.
-func syntaxError(path string, err error) error {
+// of ours, with the line where the parser gives one (or where the unknown alias is written), and
+// a hint for the mistakes that are not of indentation.
+func syntaxError(path string, data []byte, err error) error {
+	msg, line := splitSyntaxError(err)
+	if at := problemLine(data, msg); at > 0 {
+		line = at
+	}
+	hint := "check the indentation of this line and of the one above it"
+	switch {
+	case strings.HasPrefix(msg, "unknown anchor '"):
+		anchor := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
+		if i := bytes.Index(data, []byte("*"+anchor)); i >= 0 && line == 0 {
+			line = lineAt(data, int64(i))
+		}
+		msg = fmt.Sprintf("the alias *%s names no anchor", anchor)
+		hint = fmt.Sprintf("write the anchor (&%s) on the value it names, above this line", anchor)
+	case strings.Contains(msg, "unknown escape character"):
+		hint = `in double quotes a backslash starts an escape: write \\ for a backslash, or use single quotes`
+	case strings.Contains(msg, "unexpected end of stream"):
+		hint = "a quote or a bracket opened on this line is not closed"
+	case strings.Contains(msg, "cannot start any token") && line > 0 && bytes.Contains(lineText(data, line), []byte("\t")):
+		hint = "indent with spaces: YAML does not allow tabs in indentation"
+	}
+	return &fault.Input{File: path, Line: line, Message: "is not valid YAML: " + msg, Hint: hint}
+}
+
+const maxSearched = 64 << 10
+
+func splitSyntaxError(err error) (string, int) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
 	if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
 		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 	}
-	return &fault.Input{File: path, Line: line, Message: "is not valid YAML: " + msg,
-		Hint: "check the indentation of this line and of the one above it"}
+	return msg, line
+}
+
+// problemLine finds the line of a syntax error: the first line after which the file, cut there,
+// fails with the same message. The YAML library gives the line where the block or flow around the
+// problem starts, and for the parser's errors one less than that, counted from 0: "line 3" for a
+// mistake on line 6. The search parses the file's beginning log2(lines) times, so it is done for
+// files of up to maxSearched bytes (a real Toa file is a few KiB); 0 when no cut fails alike.
+func problemLine(data []byte, msg string) int {
+	if len(data) > maxSearched {
+		return 0
+	}
+	var ends []int
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	failsAlike := func(lines int) bool {
+		var n yaml.Node
+		err := yaml.NewDecoder(bytes.NewReader(data[:ends[lines-1]])).Decode(&n)
+		if err == nil || errors.Is(err, io.EOF) {
+			return false
+		}
+		m, _ := splitSyntaxError(err)
+		return m == msg
+	}
+	found := sort.Search(len(ends), func(i int) bool { return failsAlike(i + 1) })
+	if found == len(ends) {
+		return 0
+	}
+	return found + 1
+}
+
+// lineText is the 1-based line n of data.
+func lineText(data []byte, n int) []byte {
+	lines := bytes.SplitN(data, []byte("\n"), n+1)
+	if n-1 < len(lines) {
+		return lines[n-1]
+	}
+	return nil
 }
 
 // checkKeys refuses, as js-yaml does, a mapping that gives a key twice, at any depth, naming both
@@ -159,9 +229,10 @@ const (
 // merge key (<<): keys written in the mapping win over merged ones, as in js-yaml, which Toa
 // reads its files with.
 type expander struct {
-	path   string
-	nodes  int                 // how many have been made so far
-	active map[*yaml.Node]bool // the anchored nodes being expanded: an alias of one is a cycle
+	path    string
+	nodes   int                 // how many have been made so far
+	aliases int                 // how many aliases have been expanded so far
+	active  map[*yaml.Node]bool // the anchored nodes being expanded: an alias of one is a cycle
 }
 
 func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
@@ -170,8 +241,7 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 			Hint: "a Toa file nests some levels of mappings and lists: write this value flatter"}
 	}
 	if x.nodes++; x.nodes > maxNodes {
-		return nil, &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values once its aliases are expanded", maxNodes),
-			Hint: "each alias (*name) is a copy of what its anchor (&name) names, and aliases of aliases multiply: write fewer of them"}
+		return nil, x.tooMany()
 	}
 	if node.Anchor != "" {
 		x.active[node] = true
@@ -183,6 +253,7 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 			return nil, &fault.Input{File: x.path, Line: node.Line, Message: fmt.Sprintf("the alias *%s is inside the value it names", fault.Printable(node.Value)),
 				Hint: "an alias cannot name a value that contains it: such a value never ends"}
 		}
+		x.aliases++
 		return x.expand(node.Alias, depth)
 	case yaml.SequenceNode:
 		out := *node
@@ -203,6 +274,15 @@ func (x *expander) expand(node *yaml.Node, depth int) (*yaml.Node, error) {
 		out.Anchor = ""
 		return &out, nil
 	}
+}
+
+func (x *expander) tooMany() error {
+	if x.aliases == 0 {
+		return &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values", maxNodes),
+			Hint: "a Toa file holds some hundreds: check that this is the file you meant"}
+	}
+	return &fault.Input{File: x.path, Message: fmt.Sprintf("holds more than %d values once its aliases are expanded", maxNodes),
+		Hint: "each alias (*name) is a copy of what its anchor (&name) names, and aliases of aliases multiply: write fewer of them"}
 }
 
 func (x *expander) expandMapping(node *yaml.Node, depth int) (*yaml.Node, error) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,15 +37,11 @@ func toolVersion() string {
 	return "v0.0.0-dev"
 }
 
-// apply renders the kustomization, applies it, and waits for the rollout; or, with --delete,
-// removes the application.
+// apply renders the kustomization (or, with --rollback, reads a revision), applies it, waits
+// for the rollout and records the revision; or, with --delete, removes the application.
 func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	if c.Timeout <= 0 {
 		return fault.BadInput(fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout))
-	}
-	objects, err := c.objects()
-	if err != nil {
-		return err
 	}
 	cfg, namespace, err := c.cluster()
 	if err != nil {
@@ -60,33 +55,63 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 		Version:   toolVersion(),
 		Logf:      log.Debugf,
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	deadline, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	out := os.Stdout
+	objects, description, err := c.source(deadline, cfg, namespace)
+	if err != nil {
+		return c.exitError(err)
+	}
+	out := c.stdout()
 
 	if c.Delete {
-		res, err := rollout.Delete(ctx, cfg, objects, opts)
+		res, err := rollout.Delete(deadline, cfg, objects, opts)
 		c.report(out, res)
+		c.printJSON(out, output{Result: res})
 		return c.exitError(err)
 	}
 	log.Debugf("applying %d objects to namespace %s of %s", len(objects), namespace, cfg.Host)
-	res, err := rollout.Apply(ctx, cfg, objects, opts)
+	res, err := rollout.Apply(deadline, cfg, objects, opts)
 	c.report(out, res)
 	warnHelm(log, res)
 	if err != nil || opts.DryRun {
+		c.printJSON(out, output{Result: res})
 		return c.exitError(err)
 	}
+	result := output{Result: res, Rollout: &outcome{}}
+	err = c.wait(deadline, cfg, res)
+	result.Rollout.set(err)
+	if err != nil {
+		err = c.exitError(err)
+		if c.RollbackOnFail {
+			result.Rollback, err = c.rollbackAfter(ctx, log, cfg, res.Set, opts, err)
+		}
+		c.printJSON(out, result)
+		return err
+	}
+	result.Revision, err = c.record(ctx, cfg, res.Set, objects, description)
+	c.printJSON(out, result)
+	if err != nil {
+		return fmt.Errorf("applied and rolled out, but: %w", err)
+	}
+	if c.Output == cli.Text {
+		fmt.Fprintf(out, "revision %d recorded\n", result.Revision.Number)
+	}
+	return nil
+}
+
+// wait waits for the rollout, showing its progress.
+func (c *applyCommand) wait(ctx context.Context, cfg *rest.Config, res *rollout.Result) error {
 	view := newProgress(os.Stderr, c.Output == cli.Text && cli.IsTerminal(os.Stderr))
-	err = rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
-	return c.exitError(err)
+	return rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
 }
 
 // objects are the kustomization's, rendered in memory.
 func (c *applyCommand) objects() ([]*unstructured.Unstructured, error) {
-	if info, err := os.Stat(c.Dir); err != nil || !info.IsDir() {
-		return nil, fault.BadInput(fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", c.Dir))
+	dir := c.dir()
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return nil, fault.BadInput(fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", dir))
 	}
-	return kustomize.Render(filesys.MakeFsOnDisk(), c.Dir)
+	return kustomize.Render(filesys.MakeFsOnDisk(), dir)
 }
 
 // cluster loads the client configuration as kubectl does: --kubeconfig, else KUBECONFIG, else
@@ -182,17 +207,14 @@ func explanation(pods []rollout.PodReport) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// report prints what was applied, pruned, adopted or deleted, as kubectl does, or the result as
-// JSON with -o json.
+// report prints what was applied, pruned, adopted or deleted, as kubectl does; nothing with
+// -o json, which prints one document when the run ends.
 func (c *applyCommand) report(w io.Writer, res *rollout.Result) {
 	if res == nil {
 		return
 	}
 	if c.Output == cli.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(res)
-		return
+		return // one document at the end: printJSON
 	}
 	suffix := ""
 	if res.DryRun {

@@ -325,6 +325,7 @@ func (ns *netns) push(t *testing.T, dir string, env []string, args ...string) pu
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
+	readPushed(t, out, args...)
 	return out
 }
 
@@ -339,6 +340,7 @@ func pushFromLayout(t *testing.T, layout, kustomization string) pushOutput {
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
+	readPushed(t, out)
 	return out
 }
 

@@ -131,7 +131,7 @@ func TestExtensionsEndToEnd(t *testing.T) {
 		c := d.Spec.Template.Spec.Containers[0]
 		if d.Spec.Template.Labels["toa/service-exposition-gateway"] != "1" || c.Env[0].Name != "TOA_SERVICES" ||
 			c.Env[0].Value != "@toa.io/extensions.exposition" || !hasEnv(c, "TOA_CONFIGURATION__TOKENS_KEY") ||
-			!hasEnv(c, "TOA_EXPOSITION") || c.ReadinessProbe.HTTPGet.Port.IntVal != 8004 {
+			!hasEnv(c, "TOA_EXPOSITION_PROPERTIES") || c.ReadinessProbe.HTTPGet.Port.IntVal != 8004 {
 			t.Errorf("edge: labels %v, env %v, probe %+v", d.Spec.Template.Labels, envNames(c), c.ReadinessProbe)
 		}
 		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "toa/service-exposition-gateway=1"})

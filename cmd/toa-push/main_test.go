@@ -123,3 +123,39 @@ func TestPlanJSON(t *testing.T) {
 		}
 	}
 }
+
+// A `--plan` with nothing changed starts no extension bridge: the extensions' answers of the first
+// run are the cache's while nothing they read has changed (issue 15). The bridges toa-push starts
+// are counted through a node first on PATH. (`node --version`, which the layer room asks for the
+// dependencies' hash, is not counted here: it is a process of its own, and not the bridge's.)
+func TestPlanTwiceStartsNoBridge(t *testing.T) {
+	real, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("no node on PATH")
+	}
+	bin, count := t.TempDir(), filepath.Join(t.TempDir(), "count")
+	script := "#!/bin/sh\ncase \"$2\" in *\"toa-deploy's bridge\"*) printf x >> '" + count + "';; esac\nexec '" + real + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "node"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	plan := func() int {
+		t.Helper()
+		os.Remove(count)
+		cmd := exec.Command(binary, "--plan", "-o", "json", "--resolve-timeout", "2s", "-k", filepath.Join(t.TempDir(), "deployment"), "production")
+		cmd.Dir = filepath.Join("..", "..", "testdata", "apps", "declared")
+		cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true", "TOA_CACHE="+cache, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		code, _, stderr := outcome(t, cmd)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		data, _ := os.ReadFile(count)
+		return len(data)
+	}
+	if n := plan(); n != 1 {
+		t.Errorf("the first --plan started %d bridges, want 1", n)
+	}
+	if n := plan(); n != 0 {
+		t.Errorf("a --plan with nothing changed started %d bridges", n)
+	}
+}

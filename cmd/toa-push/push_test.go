@@ -64,6 +64,7 @@ type pushOutput struct {
 	Images []struct {
 		Name      string   `json:"name"`
 		Reference string   `json:"reference"`
+		Tag       string   `json:"tag"`
 		Digest    string   `json:"digest"`
 		Platforms []string `json:"platforms"`
 		Built     bool     `json:"built"`
@@ -72,8 +73,22 @@ type pushOutput struct {
 	} `json:"images"`
 }
 
-// push runs toa-push -o json on the application, with its own layer cache.
+// push runs toa-push -o json on the application, with its own layer cache, and reads what it
+// pushed back with skopeo (readPushed).
 func push(t *testing.T, dir, cache string, extra ...string) pushOutput {
+	t.Helper()
+	return pushed(t, dir, cache, extra...).out
+}
+
+// pushRun is a toa-push run: its output, what skopeo read of its images by name, and what it
+// logged.
+type pushRun struct {
+	out    pushOutput
+	reads  map[string]*harness.Read
+	stderr string
+}
+
+func pushed(t *testing.T, dir, cache string, extra ...string) pushRun {
 	t.Helper()
 	t.Setenv("TOA_CACHE", cache)
 	args := append([]string{"-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment")}, extra...)
@@ -85,7 +100,7 @@ func push(t *testing.T, dir, cache string, extra ...string) pushOutput {
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
-	return out
+	return pushRun{out: out, reads: readPushed(t, out, extra...), stderr: stderr}
 }
 
 // index reads an index back; the tests' registries speak plain HTTP, on loopback or in a
@@ -204,7 +219,7 @@ func TestPushEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("6 the amd64 image runs its command under chroot", func(t *testing.T) {
+	t.Run("6 the amd64 image runs its command under chroot and with podman", func(t *testing.T) {
 		idx, m := index(t, front.Reference)
 		img := platformImage(t, idx, m, "amd64")
 		cfg, _ := img.ConfigFile()
@@ -217,6 +232,11 @@ func TestPushEndToEnd(t *testing.T) {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("toa compose printed no %s:\n%s", want, stdout)
 			}
+		}
+		// the same image pulled and run by podman (containers/image, runc), as CRI-O would
+		podmanOut, podmanErr, podmanCode := harness.Podman(t, front.Reference)
+		if podmanCode != 0 || podmanOut != stdout {
+			t.Errorf("podman run exited %d:\n%s\n%s\nwant what it printed under chroot:\n%s", podmanCode, podmanOut, podmanErr, stdout)
 		}
 	})
 

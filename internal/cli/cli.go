@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,10 +22,31 @@ const (
 	ExitTimeout  = 3
 )
 
+// Coded is an exit code of its own, for a mode whose codes are not the classes' (toa-apply
+// --diff exits 1 for "differences", as kubectl diff, so a failure there is 2). Err, when not nil,
+// is reported as usual; a nil Err exits quietly.
+type Coded struct {
+	Code int
+	Err  error
+}
+
+func (e *Coded) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *Coded) Unwrap() error { return e.Err }
+
 // ExitCode maps an error to the exit code CI acts on.
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
+	}
+	var coded *Coded
+	if errors.As(err, &coded) {
+		return coded.Code
 	}
 	switch fault.ClassOf(err) {
 	case fault.ClassInput:
@@ -76,7 +98,9 @@ func Exit(log *logrus.Logger, err error) {
 	if err == nil {
 		os.Exit(ExitOK)
 	}
-	log.Error(err.Error())
+	if coded, ok := err.(*Coded); !ok || coded.Err != nil {
+		log.Error(err.Error())
+	}
 	os.Exit(ExitCode(err))
 }
 

@@ -44,10 +44,10 @@ var (
 // Read is what skopeo read of a reference: the index or manifest it names and, for an index,
 // each image it lists.
 type Read struct {
-	Ref       string
-	MediaType string
-	Images    []ReadImage
-	raw       map[string]any
+	Ref         string
+	MediaType   string
+	Annotations map[string]string // of the index
+	Images      []ReadImage
 }
 
 // ReadImage is one image as skopeo read it.
@@ -122,7 +122,7 @@ func (l layoutSource) manifest(digest string) ([]byte, error) {
 func read(t testing.TB, src source) *Read {
 	t.Helper()
 	raw := skopeoJSON(t, append(append([]string{"inspect", "--raw"}, src.flags()...), src.transport())...)
-	r := &Read{Ref: src.name(), MediaType: str(raw["mediaType"]), raw: raw}
+	r := &Read{Ref: src.name(), MediaType: str(raw["mediaType"]), Annotations: annotations(raw)}
 	manifests, isIndex := raw["manifests"].([]any)
 	if !isIndex {
 		r.Images = append(r.Images, readImage(t, src, raw, ""))
@@ -217,12 +217,7 @@ func readImage(t testing.TB, src source, raw map[string]any, platform string) Re
 		img.LayerTypes = append(img.LayerTypes, str(layer["mediaType"]))
 		img.Layers = append(img.Layers, str(layer["digest"]))
 	}
-	if a, ok := raw["annotations"].(map[string]any); ok {
-		img.Annotations = map[string]string{}
-		for k, v := range a {
-			img.Annotations[k] = str(v)
-		}
-	}
+	img.Annotations = annotations(raw)
 	checkFamily(t, src.name()+" "+platform, img, raw)
 	if strings.HasPrefix(platform, "unknown/") {
 		return img // an attestation: no platform to pull
@@ -358,7 +353,11 @@ func Podman(t testing.TB, ref string, args ...string) (stdout, stderr string, co
 	t.Helper()
 	podman := lookReader(t, "podman")
 	lookReader(t, "runc")
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "podman-") // podman wants a runroot of 50 characters at most
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	argv := []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"),
 		"--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file",
 		"run", "--rm", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
@@ -368,7 +367,7 @@ func Podman(t testing.TB, ref string, args ...string) (stdout, stderr string, co
 	cmd := exec.CommandContext(ctx, podman, append(argv, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
+	err = cmd.Run()
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -436,6 +435,19 @@ func repository(ref string) string {
 		return ref[:i]
 	}
 	return ref
+}
+
+// annotations are those of a manifest or an index, or nil.
+func annotations(raw map[string]any) map[string]string {
+	a, ok := raw["annotations"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = str(v)
+	}
+	return out
 }
 
 func str(v any) string {
