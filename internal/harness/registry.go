@@ -2,8 +2,8 @@ package harness
 
 import (
 	"bytes"
-	"crypto/tls"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
