@@ -29,13 +29,15 @@ type Options struct {
 	// Format is the SBOM's format; None attaches no SBOM and no provenance.
 	Format Format
 	// Signer signs the images and what is attached to them; nil signs nothing.
-	Signer  *Signer
+	Signer *Signer
+	// Builder names toa-push and its version; ToaPush() when empty.
 	Builder Builder
 	// Context, Environment and Runtime are the application's, for provenance.
 	Context, Environment, Runtime string
 	// Node and Npm are the runner's versions, which installed the dependencies.
 	Node, Npm string
-	// Created is the time the documents say they were made at (Epoch, for reproducible bytes).
+	// Created is the time the documents say they were made at; Epoch when zero, for
+	// reproducible bytes.
 	Created time.Time
 }
 
@@ -43,6 +45,12 @@ type Options struct {
 // per platform image and provenance for the image, as referrers, and cosign signatures of the
 // image, of each platform's image and of each document.
 func Attacher(o Options) image.Attacher {
+	if o.Created.IsZero() {
+		o.Created = Epoch()
+	}
+	if o.Builder.Name == "" {
+		o.Builder = ToaPush()
+	}
 	return func(ctx context.Context, dest image.Destination, b *image.Built) ([]image.Attachment, image.Sent, error) {
 		a := &attaching{o: o, dest: dest, built: b}
 		err := a.run(ctx)

@@ -111,7 +111,7 @@ func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, at
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs, err := image.Bases(app, false)
+	refs, err := image.Bases(app, image.PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

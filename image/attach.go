@@ -81,7 +81,7 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 	err = remote.Write(r, img, counted.Options(ctx)...)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, fmt.Errorf("push %s: %s", ref, reason(err))
+		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err} // says why in a few words, and keeps the chain
 	}
 	return Sent{bytes, requests}, nil
 }

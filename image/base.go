@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -192,26 +193,22 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 	return b
 }
 
-// Bases lists the distinct bases the application's images stand on, in order.
-func Bases(app *toa.Application, mono bool) ([]string, error) {
-	us, err := units(app, mono)
+// Bases lists the distinct bases the images of a plan with these options stand on, in order:
+// the compositions' (or mono's), then the services' base when there are services. Each is to be
+// resolved once, and given to NewPlan in opts.Bases.
+func Bases(app *toa.Application, opts PlanOptions) ([]string, error) {
+	us, err := units(app, opts.Mono)
 	if err != nil {
 		return nil, err
 	}
 	var refs []string
 	for _, u := range us {
-		if indexOfString(refs, u.base) < 0 {
+		if !slices.Contains(refs, u.base) {
 			refs = append(refs, u.base)
 		}
 	}
-	return refs, nil
-}
-
-func indexOfString(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
-		}
+	if len(opts.Services) > 0 && !slices.Contains(refs, ServiceBase(app)) {
+		refs = append(refs, ServiceBase(app))
 	}
-	return -1
+	return refs, nil
 }

@@ -3,10 +3,7 @@ package image
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -39,17 +36,6 @@ type Target struct {
 // share layers.
 const maxLayers = 60
 
-// epoch is the time written into configs: SOURCE_DATE_EPOCH, else the Unix epoch, so that the
-// same inputs give the same digests.
-func epoch() v1.Time {
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return v1.Time{Time: time.Unix(n, 0).UTC()}
-		}
-	}
-	return v1.Time{Time: time.Unix(0, 0).UTC()}
-}
-
 // groups splits components into at most n groups of neighbours, deterministically: the first
 // groups take one more when they do not divide evenly.
 func groups(components []*toa.Component, n int) [][]*toa.Component {
@@ -78,7 +64,8 @@ func groups(components []*toa.Component, n int) [][]*toa.Component {
 
 // dependencyImage is the base of one platform plus the global installs and each component's
 // node_modules, configured as Toa's dependencies.Dockerfile configures it.
-func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers) (v1.Image, error) {
+// created is the time of its config and history: layer.SourceDateEpoch's.
+func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers, created v1.Time) (v1.Image, error) {
 	var adds []mutate.Addendum
 	if len(global) > 0 {
 		l, err := layers.Global(ctx, global, t)
@@ -86,7 +73,7 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 			return nil, err
 		}
 		if l != nil {
-			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; ")))
+			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; "), created))
 		}
 	}
 	for _, c := range img.Components {
@@ -95,7 +82,7 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, Platform(&t.Platform), err)
 		}
 		if l != nil {
-			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label))
+			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label, created))
 		}
 	}
 	out, err := mutate.Append(base, adds...)
@@ -114,15 +101,15 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 	if err != nil {
 		return nil, err
 	}
-	return mutate.CreatedAt(out, epoch())
+	return mutate.CreatedAt(out, created)
 }
 
 // sourcesImage lays the sources layers over one platform's dependencies image and sets the
 // command, in exec form so that a base without a shell works.
-func sourcesImage(deps v1.Image, sources []v1.Layer, command []string) (v1.Image, error) {
+func sourcesImage(deps v1.Image, sources []v1.Layer, command []string, created v1.Time) (v1.Image, error) {
 	adds := make([]mutate.Addendum, len(sources))
 	for i, l := range sources {
-		adds[i] = addendum(l, "sources")
+		adds[i] = addendum(l, "sources", created)
 	}
 	out, err := mutate.Append(deps, adds...)
 	if err != nil {
@@ -140,11 +127,11 @@ func sourcesImage(deps v1.Image, sources []v1.Layer, command []string) (v1.Image
 	if err != nil {
 		return nil, err
 	}
-	return mutate.CreatedAt(out, epoch())
+	return mutate.CreatedAt(out, created)
 }
 
-func addendum(l v1.Layer, createdBy string) mutate.Addendum {
-	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: epoch()},
+func addendum(l v1.Layer, createdBy string, created v1.Time) mutate.Addendum {
+	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: created},
 		MediaType: types.OCILayer}
 }
 

@@ -3,7 +3,6 @@ package image
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -92,7 +91,7 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 	err = remote.WriteIndex(r, idx, counted.Options(ctx)...)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, fmt.Errorf("push %s: %s", ref, reason(err))
+		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err} // says why in a few words, and keeps the chain
 	}
 	return Sent{bytes, requests}, nil
 }

@@ -51,12 +51,12 @@ func built(t *testing.T, bases ...v1.Image) v1.ImageIndex {
 			t.Fatal(err)
 		}
 		cfg, _ := base.ConfigFile()
-		deps, err := dependencyImage(t.Context(), base, &Image{}, nil, Target{Platform: *cfg.Platform()}, fakeLayers{})
+		deps, err := dependencyImage(t.Context(), base, &Image{}, nil, Target{Platform: *cfg.Platform()}, fakeLayers{}, v1.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l, _ := tarLayer(map[string][]byte{"composition/a/index.js": []byte("1")})
-		img, err := sourcesImage(deps, []v1.Layer{l}, []string{"toa", "compose", "a"})
+		img, err := sourcesImage(deps, []v1.Layer{l}, []string{"toa", "compose", "a"}, v1.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,12 +27,15 @@ const DefaultBase = "ghcr.io/toa-io/runtime"
 type PlanOptions struct {
 	Mono      bool
 	Toolchain layer.Toolchain
-	// Bases are the resolved bases by reference. A base missing here, or with an error, leaves
-	// the tags of the images on it unresolved.
+	// Services are the extension services whose images are built (manifest.ServiceImages).
+	Services []Service
+	// Bases are the resolved bases by reference (see Bases). A base missing here, or with an
+	// error, leaves the tags of the images on it unresolved.
 	Bases map[string]*Base
 }
 
-// Plan is every image a push of the application makes.
+// Plan is every image a push of the application makes. It is made whole by NewPlan and not
+// changed afterwards: everything else reads it.
 type Plan struct {
 	Images   []*Image
 	Warnings []string
@@ -78,8 +82,9 @@ func (i *Image) DepsReference() string {
 // Workload is the name of the image's Deployment: "composition-<name>" or "mono".
 func (i *Image) Workload() string { return i.Name }
 
-// NewPlan names every image of the application. It reads the components' package.json and
-// package-lock.json, which the dependencies hash covers, and nothing else.
+// NewPlan names every image of the application: the compositions' (or mono's), then the
+// extension services'. It reads the components' package.json and package-lock.json, which the
+// dependencies hash covers, the services' installed files, and nothing else.
 func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
 	if err := checkRun(app); err != nil {
 		return nil, err
@@ -104,14 +109,32 @@ func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
 		}
 		p.Images = append(p.Images, img)
 	}
+	for _, s := range opts.Services {
+		img, err := serviceImage(app, s, opts, &p.Warnings)
+		if err != nil {
+			return nil, err
+		}
+		p.Images = append(p.Images, img)
+	}
 	p.Warnings = unique(p.Warnings) // images on one base share its warnings
 	return p, nil
+}
+
+// Check refuses, before anything is asked or resolved, what no plan of the application can
+// hold: build.run lines that need a container, a composition whose components want different
+// bases. NewPlan refuses the same.
+func Check(app *toa.Application, mono bool) error {
+	if err := checkRun(app); err != nil {
+		return err
+	}
+	_, err := units(app, mono)
+	return err
 }
 
 func unique(list []string) []string {
 	var out []string
 	for _, s := range list {
-		if indexOfString(out, s) < 0 {
+		if !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
@@ -303,4 +326,18 @@ func checkRun(app *toa.Application) error {
 		}
 	}
 	return nil
+}
+
+// ContainerImages are what the containers of each image's workload name, by image name: the
+// repository and its tag, or the repository alone while the tag is not known (the kustomization
+// then pins it).
+func (p *Plan) ContainerImages() map[string]string {
+	out := make(map[string]string, len(p.Images))
+	for _, img := range p.Images {
+		out[img.Name] = img.Repository
+		if img.Tag != "" {
+			out[img.Name] += ":" + img.Tag
+		}
+	}
+	return out
 }

@@ -9,11 +9,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -29,7 +32,9 @@ type PushOptions struct {
 	Jobs        int    // images built at once; 3 as Toa's, past which uploads contend for one uplink
 	Libc        string // the bases' libc when the user gives it; found in their layers otherwise
 	CacheDir    string // where what was learnt of a base (its libc) is kept
-	Events      func(Event)
+	// Epoch is the time of the images' configs and history; zero is layer.SourceDateEpoch's.
+	Epoch  time.Time
+	Events func(Event)
 	// Attach, when set, attaches documents (SBOMs, provenance, signatures) to each image built,
 	// before its tag is written. Images the destination already has are left as they are.
 	Attach Attacher
@@ -85,6 +90,13 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	if err := unresolved(plan); err != nil {
 		return nil, err
 	}
+	if opts.Epoch.IsZero() {
+		epoch, err := layer.SourceDateEpoch()
+		if err != nil {
+			return nil, err
+		}
+		opts.Epoch = epoch
+	}
 	digests, err := Probe(ctx, opts.Destination, plan)
 	if err != nil {
 		return nil, err
@@ -100,7 +112,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		}
 		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
-	b := &builder{app: app, opts: opts, libc: map[string]string{}}
+	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]string{}}
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
 		return b.build(ctx, plan.Images[i], result.Images[i])
@@ -133,22 +145,22 @@ func unresolved(plan *Plan) error {
 	return nil
 }
 
+// probeJobs is how many HEADs a probe has in flight at once.
+const probeJobs = 16
+
 // Probe asks the destination, with one HEAD per image for a registry, which images of the plan
 // it has, and returns their digests by repository. Images whose tag is not known yet are not
 // asked for.
 func Probe(ctx context.Context, dest Destination, plan *Plan) (map[string]string, error) {
 	digests := make([]string, len(plan.Images))
-	err := parallel(ctx, len(plan.Images), 16, func(ctx context.Context, i int) error {
+	err := parallel(ctx, len(plan.Images), probeJobs, func(ctx context.Context, i int) error {
 		img := plan.Images[i]
 		if img.Tag == "" {
 			return nil
 		}
 		digest, err := dest.Digest(ctx, img.Reference())
-		if err != nil {
-			return err
-		}
 		digests[i] = digest
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -172,8 +184,9 @@ func (r *Result) Digests() map[string]string {
 }
 
 type builder struct {
-	app  *toa.Application
-	opts PushOptions
+	app     *toa.Application
+	opts    PushOptions
+	created v1.Time // of every config and history entry
 
 	mu   sync.Mutex
 	libc map[string]string // base digest → libc
@@ -204,7 +217,7 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	}
 	var images []v1.Image
 	for i, d := range deps.images {
-		out, err := sourcesImage(d, sources, command(img))
+		out, err := sourcesImage(d, sources, command(img), b.created)
 		if err != nil {
 			return fmt.Errorf("%s for %s: %w", img.Name, Platform(&deps.targets[i].Platform), err)
 		}
@@ -270,7 +283,7 @@ func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image,
 			return nil, err
 		}
 		b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
-		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers)
+		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers, b.created)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Name, err)
 		}
@@ -390,7 +403,8 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	cache := ""
 	if b.opts.CacheDir != "" {
 		cache = filepath.Join(b.opts.CacheDir, "libc", strings.ReplaceAll(digest, ":", "-"))
-		if data, err := os.ReadFile(cache); err == nil {
+		// a file that says neither (one an older toa-push wrote half) is looked again
+		if data, err := os.ReadFile(cache); err == nil && (string(data) == "glibc" || string(data) == "musl") {
 			b.libc[digest] = string(data)
 			return string(data), nil
 		}
@@ -400,8 +414,8 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 		return "", err
 	}
 	b.libc[digest] = libc
-	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o755) == nil {
-		_ = os.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
+	if cache != "" {
+		_ = writeCacheFile(cache, []byte(libc)) // a cache: losing it costs a second look
 	}
 	return libc, nil
 }
@@ -457,35 +471,16 @@ func globalLines(app *toa.Application, img *Image) ([]string, error) {
 	return lines, nil
 }
 
-// parallel runs f for 0..n-1, at most jobs at once, and returns the first error; the others are
-// cancelled through ctx.
+// parallel runs f for 0..n-1, at most jobs at once, and returns the first error: the others see
+// their ctx cancelled, and none starts after it.
 func parallel(ctx context.Context, n, jobs int, f func(context.Context, int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sem := make(chan struct{}, jobs)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for i := 0; i < n; i++ {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := f(ctx, i); err != nil {
-				once.Do(func() { first = err; cancel() })
-			}
-		}(i)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(jobs)
+	for i := 0; i < n && gctx.Err() == nil; i++ {
+		g.Go(func() error { return f(gctx, i) })
 	}
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		return ctx.Err()
+	if err := g.Wait(); err != nil {
+		return err
 	}
-	return first
+	return ctx.Err()
 }

@@ -41,57 +41,52 @@ func ServiceBase(app *toa.Application) string {
 	return DefaultBase + ":" + app.Runtime.Version
 }
 
-// AddServices names the images of the services and adds them to the plan: the repository
+// serviceImage names the image of a service: the repository
 // `<registry.base>/<context>/extension-<group>-<name>`, tagged as Toa tags images, by the
 // runtime's version and the image's version. The image's version covers what the build reads
 // rather than the service's version alone: the package's files, the base's digests, the runner's
 // node and npm, and the npm registry and proxy, so that a changed package or base is a new tag.
-func (p *Plan) AddServices(app *toa.Application, services []Service, opts PlanOptions) error {
-	for i := range services {
-		s := services[i]
-		img := &Image{
-			Name:       s.Name,
-			Repository: path.Join(app.Registry.Base, app.Name, s.Name),
-			Service:    &s,
-			Base:       ServiceBase(app),
-			BaseFrom:   "the services' base",
-		}
-		base := opts.Bases[img.Base]
-		img.BaseSource, img.base = img.Base, base
-		if base != nil && base.Mirror != nil {
-			img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
-		}
-		switch {
-		case base == nil:
-			img.Platforms = app.Registry.Platforms
-			img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
-		case base.Err != nil:
-			img.Platforms = app.Registry.Platforms
-			img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
-		default:
-			platforms, err := base.Select(app, &p.Warnings)
-			if err != nil {
-				return err
-			}
-			img.Platforms = platforms
-			files, err := toa.HashFiles(s.Dir)
-			if err != nil {
-				return fmt.Errorf("%s: hash the files of %s: %w", s.Name, s.Dir, err)
-			}
-			h := sha256.New()
-			inputs := []string{s.Version, files, base.Pairs(platforms), "node " + opts.Toolchain.Node,
-				"npm " + opts.Toolchain.Npm, app.Runtime.Registry, app.Runtime.Proxy}
-			for _, in := range append(inputs, base.formatInput()...) {
-				io.WriteString(h, in)
-				h.Write([]byte{0})
-			}
-			img.Version = hex.EncodeToString(h.Sum(nil))[:8]
-			img.Tag = Tag(app.Runtime.Version, img.Version)
-		}
-		p.Images = append(p.Images, img)
+func serviceImage(app *toa.Application, s Service, opts PlanOptions, warnings *[]string) (*Image, error) {
+	img := &Image{
+		Name:       s.Name,
+		Repository: path.Join(app.Registry.Base, app.Name, s.Name),
+		Service:    &s,
+		Base:       ServiceBase(app),
+		BaseFrom:   "the services' base",
 	}
-	p.Warnings = unique(p.Warnings)
-	return nil
+	base := opts.Bases[img.Base]
+	img.BaseSource, img.base = img.Base, base
+	if base != nil && base.Mirror != nil {
+		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
+	}
+	switch {
+	case base == nil:
+		img.Platforms = app.Registry.Platforms
+		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
+		return img, nil
+	case base.Err != nil:
+		img.Platforms = app.Registry.Platforms
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
+		return img, nil
+	}
+	platforms, err := base.Select(app, warnings)
+	if err != nil {
+		return nil, err
+	}
+	img.Platforms = platforms
+	files, err := toa.HashFiles(s.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: hash the files of %s: %w", s.Name, s.Dir, err)
+	}
+	h := sha256.New()
+	for _, in := range []string{s.Version, files, base.Pairs(platforms), "node " + opts.Toolchain.Node,
+		"npm " + opts.Toolchain.Npm, app.Runtime.Registry, app.Runtime.Proxy} {
+		io.WriteString(h, in)
+		h.Write([]byte{0})
+	}
+	img.Version = hex.EncodeToString(h.Sum(nil))[:8]
+	img.Tag = Tag(app.Runtime.Version, img.Version)
+	return img, nil
 }
 
 // serviceComponent is the package as the layer package makes layers of a component: its files
@@ -147,9 +142,9 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 			return fmt.Errorf("%s: install the dependencies of %s for %s: %w", img.Name, img.Service.Reference, platform, err)
 		}
 		if deps != nil {
-			adds = append(adds, addendum(deps, "node_modules of "+img.Service.Reference))
+			adds = append(adds, addendum(deps, "node_modules of "+img.Service.Reference, b.created))
 		}
-		adds = append(adds, addendum(sources, img.Service.Reference))
+		adds = append(adds, addendum(sources, img.Service.Reference, b.created))
 		out, err := mutate.Append(base, adds...)
 		if err != nil {
 			return err
@@ -166,7 +161,7 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 		if out, err = mutate.ConfigFile(out, cfg); err != nil {
 			return err
 		}
-		if out, err = mutate.CreatedAt(out, epoch()); err != nil {
+		if out, err = mutate.CreatedAt(out, b.created); err != nil {
 			return err
 		}
 		images = append(images, out)

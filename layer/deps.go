@@ -101,99 +101,68 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	key.field("label", c.Locator.Label)
 	key.field("package.json", string(pkgData))
 	key.field(filepath.Base(lockPath), string(lockData))
-	key.field("npmrc", stripAuth(npmrc))
-	key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
-	in.key(key, o)
 	for _, l := range locals {
 		key.field("local "+l, hashLocal(l))
 	}
-	k := key.String()
-	if l := o.lookup("deps", k); l != nil {
-		return l, nil
-	}
-
-	staging, err := o.staging(c.Locator.Label)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(staging)
 	// the component's own path under the staging root, so that relative `file:` paths find
 	// their mirrors there
-	dir := filepath.Join(staging, c.Path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := mirror(staging, dir, locals); err != nil {
-		return nil, err
-	}
-	files := map[string][]byte{"package.json": pkgData}
-	if lockPath != "" {
-		files[filepath.Base(lockPath)] = lockData
-	}
-	if npmrc != "" {
-		files[".npmrc"] = []byte(npmrc)
-	}
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return nil, err
-		}
-	}
-
-	verb := "ci"
-	if lockPath == "" {
-		verb = "install"
-	}
-	args := append([]string{verb, "--prefix=" + dir, "--install-links"}, in.args(o, npmrc)...)
-	if verb == "ci" {
-		// The lockfile pins every package by name, version and integrity, so what npm's cache
-		// holds for it cannot be stale: npm takes it from the cache without asking the registry
-		// first, and installs with no registry in reach when the cache has it all (npm's default
-		// asks, and falls back to the cache only after its retries, minutes later). npm's own
-		// offline=true still turns every cache miss into an error instead of a request.
-		args = append(args, "--prefer-offline")
-	}
-	out, err := runNpm(ctx, dir, args...)
-	if w := warnings(out); len(w) > 0 {
-		o.warn(fmt.Sprintf("npm %s for %s on %s:\n  %s", verb, c.Locator.ID, p, strings.Join(w, "\n  ")))
-	}
-	if err != nil {
-		if strings.Contains(out, "can only install packages when your package.json and package-lock.json") {
-			return nil, &fault.Input{File: lockPath, Err: ErrLockfileOutOfSync,
+	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
+	return o.run(ctx, in, job{
+		kind:      "deps",
+		what:      "the dependencies of " + c.Locator.ID,
+		key:       key,
+		npmrc:     npmrc,
+		cacheable: true,
+		stage: func(staging string) (string, []string, error) {
+			dir := dirIn(staging)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return "", nil, err
+			}
+			if err := mirror(staging, dir, locals); err != nil {
+				return "", nil, err
+			}
+			files := map[string][]byte{"package.json": pkgData}
+			if lockPath != "" {
+				files[filepath.Base(lockPath)] = lockData
+			}
+			if npmrc != "" {
+				files[".npmrc"] = []byte(npmrc)
+			}
+			for name, data := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+					return "", nil, err
+				}
+			}
+			if lockPath == "" {
+				return dir, []string{"install", "--prefix=" + dir, "--install-links"}, nil
+			}
+			// The lockfile pins every package by name, version and integrity, so what npm's
+			// cache holds for it cannot be stale: npm takes it from the cache without asking
+			// the registry first, and installs with no registry in reach when the cache has it
+			// all (npm's default asks, and falls back to the cache only after its retries,
+			// minutes later). npm's own offline=true still turns every cache miss into an
+			// error instead of a request.
+			return dir, []string{"ci", "--prefix=" + dir, "--install-links", "--prefer-offline"}, nil
+		},
+		failed: func(out string) error {
+			if !strings.Contains(out, "can only install packages when your package.json and package-lock.json") {
+				return nil
+			}
+			return &fault.Input{File: lockPath, Err: ErrLockfileOutOfSync,
 				Message: "is out of sync with package.json" + missing(out),
 				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(lockPath))}
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, p, err)
-		}
-		if why := unreachable(out); why != "" {
-			return nil, fmt.Errorf("install the dependencies of %s for %s: %s", c.Locator.ID, p, why)
-		}
-		return nil, fmt.Errorf("install the dependencies of %s for %s: npm %s: %w\n%s", c.Locator.ID, p, verb, err, indent(out))
-	}
-	modules := filepath.Join(dir, "node_modules")
-	if in.foreign || in.otherNode {
-		natives, err := findNative(modules, in)
-		if err != nil {
-			return nil, err
-		}
-		if len(natives) > 0 {
-			return nil, nativeError(c.PackageJSON, "", in, natives)
-		}
-	}
-	l, err := o.writeLayer(func(w *tarWriter) error {
-		dst := Root + "/" + c.Locator.Label + "/node_modules"
-		if !fileExists(modules) {
-			return w.dir(dst)
-		}
-		return w.tree(modules, dst, treeOptions{skip: installedExcluded})
+		},
+		modules: func(staging string) string { return filepath.Join(dirIn(staging), "node_modules") },
+		native:  func(natives []nativePackage) error { return nativeError(c.PackageJSON, "", in, natives) },
+		fill: func(staging string, w *tarWriter) error {
+			modules := filepath.Join(dirIn(staging), "node_modules")
+			dst := Root + "/" + c.Locator.Label + "/node_modules"
+			if !fileExists(modules) {
+				return w.dir(dst)
+			}
+			return w.tree(modules, dst, treeOptions{skip: installedExcluded})
+		},
 	})
-	if err != nil {
-		return nil, fmt.Errorf("write the dependencies layer of %s for %s: %w", c.Locator.ID, p, err)
-	}
-	if err := o.keep("deps", k, l); err != nil {
-		return nil, fmt.Errorf("keep the dependencies layer of %s in the cache: %w", c.Locator.ID, err)
-	}
-	return l, nil
 }
 
 // installedExcluded are left out of what npm installs: configuration that may hold credentials,

@@ -295,79 +295,45 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 		key.field("package", pkg)
 		cacheable = cacheable && pinned.MatchString(pkg)
 	}
-	key.field("npmrc", stripAuth(npmrc.String()))
-	key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
-	in.key(key, o)
-	k := key.String()
-	if cacheable {
-		if l := o.lookup("global", k); l != nil {
-			return l, nil
-		}
-	} else {
+	if !cacheable {
 		o.warn(fmt.Sprintf("npm i -g %s: a package without an exact version (name@1.2.3) installs whatever is latest, so the image is not reproducible",
 			strings.Join(pkgs, " ")))
 	}
-
-	staging, err := o.staging("global")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(staging)
-	prefix := filepath.Join(staging, "usr", "local")
-	if err := os.MkdirAll(prefix, 0o755); err != nil {
-		return nil, err
-	}
-	userconfig := filepath.Join(staging, "npmrc")
-	if err := os.WriteFile(userconfig, []byte(npmrc.String()), 0o600); err != nil {
-		return nil, err
-	}
-	args := []string{"install", "--global", "--prefix=" + prefix, "--userconfig=" + userconfig}
-	if g := globalConfig(in.runner); g != "" {
-		args = append(args, "--globalconfig="+g)
-	}
-	args = append(args, in.args(o, npmrc.String())...)
-	if cacheable {
-		args = append(args, "--prefer-offline") // exact versions: what the cache holds is what would be fetched
-	}
-	args = append(args, pkgs...)
-	out, err := runNpm(ctx, staging, args...)
-	if w := warnings(out); len(w) > 0 {
-		o.warn(fmt.Sprintf("npm install -g on %s:\n  %s", p, strings.Join(w, "\n  ")))
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("install %s for %s: %w", strings.Join(pkgs, " "), p, err)
-		}
-		if why := unreachable(out); why != "" {
-			return nil, fmt.Errorf("install %s for %s: %s", strings.Join(pkgs, " "), p, why)
-		}
-		return nil, fmt.Errorf("install %s for %s: npm install -g: %w\n%s", strings.Join(pkgs, " "), p, err, indent(out))
-	}
-	modules := filepath.Join(prefix, "lib", "node_modules")
-	if in.foreign || in.otherNode {
-		natives, err := findNative(modules, in)
-		if err != nil {
-			return nil, err
-		}
-		if len(natives) > 0 {
-			return nil, nativeError("", "registry.build.run", in, natives)
-		}
-	}
-	l, err := o.writeLayer(func(w *tarWriter) error {
-		if bin := filepath.Join(prefix, "bin"); fileExists(bin) {
-			if err := w.tree(bin, "usr/local/bin", treeOptions{skip: installedExcluded}); err != nil {
-				return err
+	prefixIn := func(staging string) string { return filepath.Join(staging, "usr", "local") }
+	return o.run(ctx, in, job{
+		kind:      "global",
+		what:      strings.Join(pkgs, " "),
+		key:       key,
+		npmrc:     npmrc.String(),
+		cacheable: cacheable,
+		stage: func(staging string) (string, []string, error) {
+			prefix := prefixIn(staging)
+			if err := os.MkdirAll(prefix, 0o755); err != nil {
+				return "", nil, err
 			}
-		}
-		return w.tree(modules, "usr/local/lib/node_modules", treeOptions{skip: installedExcluded})
+			userconfig := filepath.Join(staging, "npmrc")
+			if err := os.WriteFile(userconfig, []byte(npmrc.String()), 0o600); err != nil {
+				return "", nil, err
+			}
+			args := []string{"install", "--global", "--prefix=" + prefix, "--userconfig=" + userconfig}
+			if g := globalConfig(in.runner); g != "" {
+				args = append(args, "--globalconfig="+g)
+			}
+			if cacheable {
+				args = append(args, "--prefer-offline") // exact versions: what the cache holds is what would be fetched
+			}
+			return staging, append(args, pkgs...), nil
+		},
+		modules: func(staging string) string { return filepath.Join(prefixIn(staging), "lib", "node_modules") },
+		native:  func(natives []nativePackage) error { return nativeError("", "registry.build.run", in, natives) },
+		fill: func(staging string, w *tarWriter) error {
+			prefix := prefixIn(staging)
+			if bin := filepath.Join(prefix, "bin"); fileExists(bin) {
+				if err := w.tree(bin, "usr/local/bin", treeOptions{skip: installedExcluded}); err != nil {
+					return err
+				}
+			}
+			return w.tree(filepath.Join(prefix, "lib", "node_modules"), "usr/local/lib/node_modules", treeOptions{skip: installedExcluded})
+		},
 	})
-	if err != nil {
-		return nil, fmt.Errorf("write the layer of npm i -g %s for %s: %w", strings.Join(pkgs, " "), p, err)
-	}
-	if cacheable {
-		if err := o.keep("global", k, l); err != nil {
-			return nil, fmt.Errorf("keep the global layer in the cache: %w", err)
-		}
-	}
-	return l, nil
 }

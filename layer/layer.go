@@ -43,6 +43,7 @@ type options struct {
 	arguments   []string
 	baseNode    string
 	toolchain   *Toolchain
+	runnerGiven *Runner
 	npmConfig   map[string]string
 	warn        func(string)
 }
@@ -87,6 +88,10 @@ func WithBaseNode(version string) Option { return func(o *options) { o.baseNode 
 // WithToolchain gives the runner's node and npm versions, as DetectToolchain found them, so that
 // they are not asked for again. They are part of the cache keys.
 func WithToolchain(t Toolchain) Option { return func(o *options) { o.toolchain = &t } }
+
+// WithRunner gives the runner as DetectRunner found it, so that node is not asked again for
+// each install. Default: asked for each install.
+func WithRunner(r *Runner) Option { return func(o *options) { o.runnerGiven = r } }
 
 // WithNpmConfig adds npm configuration, as `npm config set key value` lines of build.run give it
 // (see ParseRun). It is written to the .npmrc npm reads for the install, below the context's and
@@ -142,6 +147,14 @@ func (o *options) mtime() (time.Time, error) {
 	if o.epoch != nil {
 		return time.Unix(o.epoch.Unix(), 0).UTC(), nil
 	}
+	return SourceDateEpoch()
+}
+
+// SourceDateEpoch is the time of every entry of every layer, and of every image's config:
+// $SOURCE_DATE_EPOCH, else the Unix epoch, so that the same inputs give the same digests (see
+// reproducible-builds.org). A value that is not a number of seconds since 1970 is a
+// *fault.Input naming the variable. It is the one place the variable is read.
+func SourceDateEpoch() (time.Time, error) {
 	s := strings.TrimSpace(os.Getenv("SOURCE_DATE_EPOCH"))
 	if s == "" {
 		return time.Unix(0, 0).UTC(), nil

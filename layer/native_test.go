@@ -41,7 +41,7 @@ func scripts(s map[string]string) map[string]any {
 }
 
 func TestFindNative(t *testing.T) {
-	runner := &runner{Toolchain: Toolchain{Node: "20.20.2", Npm: "11.19.1"}, OS: "linux", CPU: "x64", Libc: "glibc", Modules: "115"}
+	runner := &Runner{Toolchain: Toolchain{Node: "20.20.2", Npm: "11.19.1"}, OS: "linux", CPU: "x64", Libc: "glibc", Modules: "115"}
 	arm64 := &install{platform: Platform{"linux", "arm64", "", "glibc"}, cpu: "arm64", runner: runner, foreign: true, baseNode: "20.20.2"}
 	amd64musl := &install{platform: Platform{"linux", "amd64", "", "musl"}, cpu: "x64", runner: runner, foreign: true, baseNode: "20.20.2"}
 	armv7 := &install{platform: Platform{"linux", "arm", "v7", "glibc"}, cpu: "arm", runner: runner, foreign: true, baseNode: "20.20.2"}
@@ -115,7 +115,7 @@ func TestFindNative(t *testing.T) {
 }
 
 func TestNativeErrorNamesEveryPackage(t *testing.T) {
-	runner := &runner{Toolchain: Toolchain{Node: "20.20.2"}, OS: "linux", CPU: "x64", Libc: "glibc"}
+	runner := &Runner{Toolchain: Toolchain{Node: "20.20.2"}, OS: "linux", CPU: "x64", Libc: "glibc"}
 	in := &install{platform: Platform{"linux", "arm64", "", "musl"}, cpu: "arm64", runner: runner, foreign: true, baseNode: "20.20.2"}
 	modules := writeModules(t, map[string]pkg{
 		"a":                   {json: map[string]any{"name": "a", "version": "1.0.0"}, files: []string{"binding.gyp"}},

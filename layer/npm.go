@@ -14,8 +14,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -86,8 +84,10 @@ func version(ctx context.Context, tool string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// runner is the machine npm runs on, as node sees it.
-type runner struct {
+// Runner is the machine npm runs on, as node sees it: what an install's flags, its cache key and
+// the native-code checks depend on. DetectRunner asks once; WithRunner hands the answer to every
+// install of a run.
+type Runner struct {
 	Toolchain
 	OS       string // process.platform: "linux"
 	CPU      string // process.arch: "x64"
@@ -96,18 +96,8 @@ type runner struct {
 	ExecPath string // node's own path
 }
 
-var detected struct {
-	sync.Mutex
-	r *runner
-}
-
-// detectRunner asks node and npm once per process; a failure is not remembered.
-func detectRunner(ctx context.Context) (*runner, error) {
-	detected.Lock()
-	defer detected.Unlock()
-	if detected.r != nil {
-		return detected.r, nil
-	}
+// DetectRunner asks the runner's node what it is, and its npm for its version.
+func DetectRunner(ctx context.Context) (*Runner, error) {
 	tools, err := DetectToolchain(ctx)
 	if err != nil {
 		return nil, err
@@ -126,12 +116,11 @@ console.log(JSON.stringify({os: process.platform, cpu: process.arch, libc, modul
 	if err := json.Unmarshal(out, &v); err != nil {
 		return nil, fmt.Errorf("ask node for its platform: %w", err)
 	}
-	detected.r = &runner{Toolchain: tools, OS: v.OS, CPU: v.CPU, Libc: v.Libc, Modules: v.Modules, ExecPath: v.ExecPath}
-	return detected.r, nil
+	return &Runner{Toolchain: tools, OS: v.OS, CPU: v.CPU, Libc: v.Libc, Modules: v.Modules, ExecPath: v.ExecPath}, nil
 }
 
 // String spells the runner as "linux/x64 glibc, Node 20.20.2".
-func (r *runner) String() string {
+func (r *Runner) String() string {
 	s := r.OS + "/" + r.CPU
 	if r.Libc != "" {
 		s += " " + r.Libc
@@ -139,11 +128,15 @@ func (r *runner) String() string {
 	return s + ", Node " + r.Node
 }
 
-// runnerFor is the runner with the toolchain the options give, if they give one.
-func (o *options) runner(ctx context.Context) (*runner, error) {
-	r, err := detectRunner(ctx)
-	if err != nil {
-		return nil, err
+// runner is WithRunner's runner, else the one DetectRunner finds now, with WithToolchain's
+// versions where it gives them.
+func (o *options) runner(ctx context.Context) (*Runner, error) {
+	r := o.runnerGiven
+	if r == nil {
+		var err error
+		if r, err = DetectRunner(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if o.toolchain != nil {
 		copied := *r
@@ -170,7 +163,7 @@ var nodeABI = map[string]string{"16": "93", "17": "102", "18": "108", "19": "111
 type install struct {
 	platform Platform
 	cpu      string
-	runner   *runner
+	runner   *Runner
 	// foreign is true when the target's os, cpu or libc is not the runner's: install scripts are
 	// skipped, and packages that build native code refused.
 	foreign bool
@@ -240,7 +233,7 @@ func (in *install) key(k *keyHash, o *options) {
 // the install reads, npm_config_* variables) is left to decide.
 var fetchRetryWaits = map[string]string{"fetch-retry-mintimeout": "1000", "fetch-retry-maxtimeout": "5000"}
 
-func retryArgs(r *runner, npmrc string) []string {
+func retryArgs(r *Runner, npmrc string) []string {
 	configs := []string{npmrc, readOptional(userConfig()), readOptional(globalConfig(r))}
 	var args []string
 	for _, key := range []string{"fetch-retry-mintimeout", "fetch-retry-maxtimeout"} {
@@ -318,16 +311,12 @@ func (k *keyHash) field(name, value string) {
 
 func (k *keyHash) String() string { return hex.EncodeToString(k.h.Sum(nil)) }
 
-// npmRuns counts npm's runs, for the tests of the cache.
-var npmRuns atomic.Int64
-
 // runNpm runs npm in dir and returns what it wrote (its last 256 KiB).
-func runNpm(ctx context.Context, dir string, args ...string) (string, error) {
+func (o *options) runNpm(ctx context.Context, dir string, args ...string) (string, error) {
 	npm, err := exec.LookPath("npm")
 	if err != nil {
 		return "", fmt.Errorf("npm is not on PATH: toa-push installs the dependencies with the runner's npm; install Node.js")
 	}
-	npmRuns.Add(1)
 	cmd := exec.CommandContext(ctx, npm, args...)
 	cmd.Dir = dir
 	cmd.Env = environment()
@@ -387,7 +376,7 @@ func userConfig() string {
 }
 
 // globalConfig is the runner's global npmrc as npm finds it: <node's prefix>/etc/npmrc.
-func globalConfig(r *runner) string {
+func globalConfig(r *Runner) string {
 	for _, k := range []string{"npm_config_globalconfig", "NPM_CONFIG_GLOBALCONFIG"} {
 		if v := os.Getenv(k); v != "" {
 			return v

@@ -96,7 +96,7 @@ npm error FetchError: request to http://127.0.0.1:4999/is-number failed, reason:
 }
 
 func TestRetryWaitsLeftToTheUser(t *testing.T) {
-	r := &runner{}
+	r := &Runner{}
 	t.Setenv("npm_config_userconfig", filepath.Join(t.TempDir(), "none"))
 	t.Setenv("npm_config_globalconfig", filepath.Join(t.TempDir(), "none"))
 	if got := strings.Join(retryArgs(r, ""), " "); got != "--fetch-retry-mintimeout=1000 --fetch-retry-maxtimeout=5000" {

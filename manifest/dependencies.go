@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"github.com/toa-deploy/toa-deploy/extension"
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -138,11 +137,11 @@ func probe(p *extension.Probe) *Probe {
 // ServiceImages are the services whose images toa-push builds: none under mono, which runs
 // every service; otherwise each service no composition lists, unless the context takes the
 // published images and its extension publishes one.
-func ServiceImages(app *toa.Application, deps *Dependencies, mono bool) []image.Service {
+func ServiceImages(app *toa.Application, deps *Dependencies, mono bool) []*Service {
 	if deps == nil || mono {
 		return nil
 	}
-	var out []image.Service
+	var out []*Service
 	for _, s := range deps.Services {
 		if slices.ContainsFunc(app.Compositions, func(c *toa.Composition) bool { return slices.Contains(c.Services, s.Reference) }) {
 			continue
@@ -150,7 +149,7 @@ func ServiceImages(app *toa.Application, deps *Dependencies, mono bool) []image.
 		if app.Registry.Services == "published" && s.Published != "" {
 			continue
 		}
-		out = append(out, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+		out = append(out, s)
 	}
 	return out
 }

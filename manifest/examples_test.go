@@ -114,17 +114,15 @@ func renderContext(t *testing.T, dir, env string) (map[string]Object, error) {
 		return nil, err
 	}
 	deps := Merge(res)
-	plan, err := image.NewPlan(app, image.PlanOptions{})
+	plan, err := image.NewPlan(app, image.PlanOptions{Services: serviceImagesOf(app, deps, false)})
 	if err != nil {
 		return nil, err
 	}
-	if err := plan.AddServices(app, ServiceImages(app, deps, false), image.PlanOptions{}); err != nil {
-		return nil, err
-	}
+	images := Images{}
 	for _, img := range plan.Images {
-		img.Tag = fakeTag(img.Name)
+		images[img.Name] = img.Repository + ":" + fakeTag(img.Name)
 	}
-	objects, err := Objects(app, plan, WithDependencies(deps))
+	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
 		return nil, err
 	}

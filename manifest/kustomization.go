@@ -202,7 +202,7 @@ func prune(m map[string]any) {
 func ReadKustomization(dir string) (map[string][]byte, *types.Kustomization, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil, &fault.Input{File: dir, Message: "holds no kustomization toa-push wrote: " + err.Error()}
+		return nil, nil, &fault.Input{File: dir, Message: "holds no kustomization toa-push wrote: " + err.Error(), Err: err}
 	}
 	files := map[string][]byte{}
 	for _, e := range entries {
@@ -221,7 +221,7 @@ func ReadKustomization(dir string) (map[string][]byte, *types.Kustomization, err
 	}
 	var k types.Kustomization
 	if err := sigsyaml.Unmarshal(data, &k); err != nil {
-		return nil, nil, &fault.Input{File: filepath.Join(dir, KustomizationFile), Message: err.Error()}
+		return nil, nil, &fault.Input{File: filepath.Join(dir, KustomizationFile), Message: err.Error(), Err: err}
 	}
 	return files, &k, nil
 }
@@ -299,7 +299,7 @@ func replaceable(dir string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, &fault.Input{File: dir, Message: "cannot be read: " + err.Error(),
+		return false, &fault.Input{File: dir, Message: "cannot be read: " + err.Error(), Err: err,
 			Hint: "give --kustomization a folder toa-push can write"}
 	}
 	refuse := func(what string) error {
@@ -311,7 +311,7 @@ func replaceable(dir string) (bool, error) {
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return false, &fault.Input{File: dir, Message: "cannot be read: " + err.Error(),
+		return false, &fault.Input{File: dir, Message: "cannot be read: " + err.Error(), Err: err,
 			Hint: "give --kustomization a folder toa-push can write"}
 	}
 	if len(entries) == 0 {

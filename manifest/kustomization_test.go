@@ -181,33 +181,41 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 		t.Fatal(err)
 	}
 	deps := Merge(res)
-	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono})
+	plan, err := image.NewPlan(a, image.PlanOptions{Mono: mono, Services: serviceImagesOf(a, deps, mono)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := plan.AddServices(a, ServiceImages(a, deps, mono), image.PlanOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var images []types.Image
+	var pins []types.Image
+	containers := Images{}
 	for i, img := range plan.Images {
-		img.Tag = fakeTag(img.Name)
-		entry := types.Image{Name: img.Repository, NewTag: img.Tag}
+		pin := types.Image{Name: img.Repository, NewTag: fakeTag(img.Name)}
 		if i == 0 {
-			entry.Digest = fakeDigest(img.Name)
+			pin.Digest = fakeDigest(img.Name)
 		}
-		images = append(images, entry)
+		pins = append(pins, pin)
+		containers[img.Name] = img.Repository + ":" + pin.NewTag
 	}
-	objects, err := Objects(a, plan, WithDependencies(deps))
+	objects, err := Objects(a, containers, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := Kustomization(objects, images, a.Name)
+	files, err := Kustomization(objects, pins, a.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteKustomization(dir, files); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// serviceImagesOf are the images toa-push builds of the application's extension services, as
+// the pipeline names them.
+func serviceImagesOf(app *toa.Application, deps *Dependencies, mono bool) []image.Service {
+	var out []image.Service
+	for _, s := range ServiceImages(app, deps, mono) {
+		out = append(out, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+	}
+	return out
 }
 
 func fakeTag(name string) string {

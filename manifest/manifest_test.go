@@ -21,9 +21,9 @@ import (
 // (seeds/000: strategy, probes, heap).
 
 func TestCompositionIsTheChartsDeployment(t *testing.T) {
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "1"}, Memory: &toa.Pair{Request: "100Mi", Limit: "1Gi"}})
+	app, images := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "1"}, Memory: &toa.Pair{Request: "100Mi", Limit: "1Gi"}})
 	app.Registry.Credentials = "regcred"
-	d := deploymentOf(t, app, plan, "composition-edge")
+	d := deploymentOf(t, app, images, "composition-edge")
 
 	if d.APIVersion != "apps/v1" || d.Kind != "Deployment" {
 		t.Errorf("type: %s %s", d.APIVersion, d.Kind)
@@ -104,8 +104,8 @@ func TestCompositionIsTheChartsDeployment(t *testing.T) {
 }
 
 func TestProbesEveryTwoSeconds(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
-	objects, err := Objects(app, plan, WithDependencies(&Dependencies{Probe: &Probe{Path: "/.ready", Port: 8001, Delay: 3}}))
+	app, images := edge(&toa.Resources{None: true})
+	objects, err := Objects(app, images, WithDependencies(&Dependencies{Probe: &Probe{Path: "/.ready", Port: 8001, Delay: 3}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,14 +130,14 @@ func TestProbesEveryTwoSeconds(t *testing.T) {
 }
 
 func TestComponentServices(t *testing.T) {
-	app, plan := edge(nil)
+	app, images := edge(nil)
 	app.Resources = &toa.Resources{None: true}
 	other := component("todos", "lists")
 	app.Components = append(app.Components, other)
 	app.Compositions = append(app.Compositions, &toa.Composition{Name: "todos-lists", Components: []*toa.Component{other}})
-	plan.Images = append(plan.Images, &image.Image{Name: "composition-todos-lists", Repository: "r/todos-lists", Composition: app.Compositions[1], Tag: "00000000"})
+	images["composition-todos-lists"] = "r/todos-lists:00000000"
 
-	objects, err := Objects(app, plan)
+	objects, err := Objects(app, images)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,13 +180,13 @@ func TestHeap(t *testing.T) {
 		{"resources: null", &toa.Resources{None: true}, memory("1Gi", "1Gi"), false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app, plan := edge(tc.own)
+			app, images := edge(tc.own)
 			app.Resources = tc.context
 			deps := &Dependencies{}
 			if tc.stated {
 				deps.Variables = []Scoped[Variable]{{Key: Global, Items: []Variable{{Name: "NODE_OPTIONS", Value: "--max-old-space-size=100"}}}}
 			}
-			objects, err := Objects(app, plan, WithDependencies(deps))
+			objects, err := Objects(app, images, WithDependencies(deps))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,8 +249,8 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 		"big":  "Composition 'edge': 'big' is not a quantity",
 		"500m": "Composition 'edge': '500m' is not a memory quantity",
 	} {
-		app, plan := edge(memory("100Mi", limit))
-		_, err := Objects(app, plan)
+		app, images := edge(memory("100Mi", limit))
+		_, err := Objects(app, images)
 		var e *fault.Input
 		if !errors.As(err, &e) {
 			t.Fatalf("%s: %v is not a *fault.Input", limit, err)
@@ -259,16 +259,16 @@ func TestQuantityErrorsNameTheUnit(t *testing.T) {
 			t.Errorf("%s: %q at %q, want %q", limit, e.Message, e.Key, want)
 		}
 	}
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "lots"}})
-	_, err := Objects(app, plan)
+	app, images := edge(&toa.Resources{CPU: &toa.Pair{Request: "100m", Limit: "lots"}})
+	_, err := Objects(app, images)
 	if !fault.IsInput(err) || !strings.Contains(err.Error(), "Composition 'edge': the cpu limit 'lots' is not a quantity") {
 		t.Errorf("cpu: %v", err)
 	}
 }
 
 func TestRefusal(t *testing.T) {
-	app, plan := edge(nil)
-	_, err := Objects(app, plan)
+	app, images := edge(nil)
+	_, err := Objects(app, images)
 	var e *fault.Input
 	if !errors.As(err, &e) {
 		t.Fatalf("%v is not a *fault.Input", err)
@@ -284,8 +284,8 @@ func TestRefusal(t *testing.T) {
 }
 
 func TestResourcesAsGiven(t *testing.T) {
-	app, plan := edge(&toa.Resources{CPU: &toa.Pair{Request: "250m", Limit: "2"}})
-	c := deploymentOf(t, app, plan, "composition-edge").Spec.Template.Spec.Containers[0]
+	app, images := edge(&toa.Resources{CPU: &toa.Pair{Request: "250m", Limit: "2"}})
+	c := deploymentOf(t, app, images, "composition-edge").Spec.Template.Spec.Containers[0]
 	if len(c.Resources.Requests) != 1 || len(c.Resources.Limits) != 1 {
 		t.Fatalf("resources: %+v", c.Resources)
 	}
@@ -296,9 +296,9 @@ func TestResourcesAsGiven(t *testing.T) {
 		t.Errorf("limits.cpu %s", q.String())
 	}
 
-	app, plan = edge(&toa.Resources{None: true})
+	app, images = edge(&toa.Resources{None: true})
 	app.Resources = memory("1Gi", "1Gi") // null on the composition is an answer: the context's is not taken
-	c = deploymentOf(t, app, plan, "composition-edge").Spec.Template.Spec.Containers[0]
+	c = deploymentOf(t, app, images, "composition-edge").Spec.Template.Spec.Containers[0]
 	if len(c.Resources.Requests) != 0 || len(c.Resources.Limits) != 0 || len(c.Resources.Claims) != 0 {
 		t.Errorf("resources: %+v", c.Resources)
 	}
@@ -308,7 +308,7 @@ func TestResourcesAsGiven(t *testing.T) {
 // groups of the workload's components and the global one in their order, each name once, the
 // first kept; a Secret's key for a secret, optional only when it says so.
 func TestVariables(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	app.Atomicity = &toa.Atomicity{Redis: []string{"redis://a", "redis://b", "redis://c"}, Interval: 200}
 	interval, retention := 500, 0
 	app.Outbox = &toa.Outbox{Interval: &interval, Retention: &retention}
@@ -326,7 +326,7 @@ func TestVariables(t *testing.T) {
 		}},
 		{Key: "todos-stats", Items: []Variable{{Name: "TOA_MONGODB_TODOS_TASKS", Value: "second"}}},
 	}}
-	objects, err := Objects(app, plan, WithDependencies(deps))
+	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,13 +352,13 @@ func TestVariables(t *testing.T) {
 }
 
 func TestMounts(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	deps := &Dependencies{Mounts: []Scoped[Mount]{
 		{Key: "todos-stats", Items: []Mount{{Name: "tmp", Path: "/tmp/stats", Claim: "stats-claim"}}},
 		{Key: Global, Items: []Mount{{Name: "tmp", Path: "/tmp/other", Claim: "other"}, {Name: "docs", Path: "/docs", Claim: "docs"}}},
 		{Key: "elsewhere", Items: []Mount{{Name: "no", Path: "/no", Claim: "no"}}},
 	}}
-	objects, err := Objects(app, plan, WithDependencies(deps))
+	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,14 +423,12 @@ func TestTestdataApplications(t *testing.T) {
 // --- helpers ---
 
 // edge is an application of one composition, edge, of two components, with the resources given.
-func edge(resources *toa.Resources) (*toa.Application, *image.Plan) {
+func edge(resources *toa.Resources) (*toa.Application, Images) {
 	tasks, stats := component("todos", "tasks"), component("todos", "stats")
 	c := &toa.Composition{Name: "edge", Declared: true, Components: []*toa.Component{tasks, stats}, Resources: resources}
 	app := &toa.Application{Name: "acme", Environment: "test", File: "/src/acme/context.toa.yaml",
 		Components: []*toa.Component{tasks, stats}, Compositions: []*toa.Composition{c}}
-	plan := &image.Plan{Images: []*image.Image{{Name: "composition-edge",
-		Repository: "registry.example.com/acme/composition-edge", Composition: c, Tag: "1a2b3c4d"}}}
-	return app, plan
+	return app, Images{"composition-edge": "registry.example.com/acme/composition-edge:1a2b3c4d"}
 }
 
 func component(namespace, name string) *toa.Component {
@@ -441,9 +439,9 @@ func memory(request, limit string) *toa.Resources {
 	return &toa.Resources{Memory: &toa.Pair{Request: request, Limit: limit}}
 }
 
-func deploymentOf(t *testing.T, app *toa.Application, plan *image.Plan, name string) *appsv1.Deployment {
+func deploymentOf(t *testing.T, app *toa.Application, images Images, name string) *appsv1.Deployment {
 	t.Helper()
-	objects, err := Objects(app, plan)
+	objects, err := Objects(app, images)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,11 +471,12 @@ func objectsOf(t *testing.T, app *toa.Application) []Object {
 	if err != nil {
 		t.Fatal(err)
 	}
+	images := Images{}
 	for _, img := range plan.Images {
 		sum := sha256.Sum256([]byte(img.Name))
-		img.Tag = hex.EncodeToString(sum[:4])
+		images[img.Name] = img.Repository + ":" + hex.EncodeToString(sum[:4])
 	}
-	objects, err := Objects(app, plan)
+	objects, err := Objects(app, images)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -38,14 +37,20 @@ func WithDependencies(d *Dependencies) Option {
 	return func(o *options) { o.deps = d }
 }
 
+// Images are the container images of the application's workloads, by the name of their image
+// ("composition-front", "mono", "extension-exposition-gateway"): the repository, with the tag
+// where it is known. The kustomization pins each by digest, or sets the tag where it is not
+// known here. Images with "mono" are of the mono deployment.
+type Images map[string]string
+
 // Objects returns the application's Kubernetes objects, as Toa 289's chart rendered them:
 // Describe, then Values.Objects. A mistake in the application is a *fault.Input.
-func Objects(app *toa.Application, plan *image.Plan, opts ...Option) ([]Object, error) {
+func Objects(app *toa.Application, images Images, opts ...Option) ([]Object, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	v, err := Describe(app, plan, o.deps)
+	v, err := Describe(app, images, o.deps)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +79,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	for _, w := range v.Compositions {
 		d, err := v.composition(w, "composition-"+w.Name)
 		if err != nil {
-			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
 		out = append(out, d)
 	}
@@ -91,7 +96,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 	if w := v.Mono; w != nil {
 		d, err := v.composition(w, MonoWorkload)
 		if err != nil {
-			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error()}
+			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
 		out = append(out, d)
 		if len(w.Backends) > 0 {

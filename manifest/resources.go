@@ -45,7 +45,7 @@ func settleResources(app *toa.Application, v *Values) error {
 				Hint: "like `resources: {cpu: [100m, 1], memory: [256Mi, 1Gi]}`"}
 		}
 		if err := heap(w); err != nil {
-			return &fault.Input{File: app.File, Key: w.resourcesKey + ".memory", Message: w.Subject + ": " + err.Error(),
+			return &fault.Input{File: app.File, Key: w.resourcesKey + ".memory", Message: w.Subject + ": " + err.Error(), Err: err,
 				Hint: "a memory quantity is a number with an optional suffix K, M, G, T, P, E or Ki, Mi, Gi, Ti, Pi, Ei, like 512Mi"}
 		}
 	}

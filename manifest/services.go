@@ -7,25 +7,11 @@ import (
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // MonoWorkload is the name of the one workload of --mono.
 const MonoWorkload = "mono"
-
-// monoImage is the plan's mono image, or nil when the plan is of compositions.
-func monoImage(plan *image.Plan) *image.Image {
-	if plan == nil {
-		return nil
-	}
-	for _, img := range plan.Images {
-		if img.Composition == nil && img.Name == MonoWorkload {
-			return img
-		}
-	}
-	return nil
-}
 
 // claim copies the services and says which workloads run each, as Toa's Factory does: mono runs
 // every one; otherwise the compositions that list a service's package run it. A composition
@@ -186,10 +172,10 @@ func fold(w *Workload, services []*Service, probe *Probe) {
 // describeServices settles each service: its image, and for one deployed on its own its
 // variables (its own, then the global ones and its components'), its probe and resources; the
 // ingress of every one that asks for it, with the context's `ingress` filling what it leaves.
-func describeServices(app *toa.Application, plan *image.Plan, services []*Service, variables []Scoped[Variable], probe *Probe) ([]*Service, error) {
+func describeServices(app *toa.Application, images Images, services []*Service, variables []Scoped[Variable], probe *Probe) ([]*Service, error) {
 	for _, s := range services {
 		if len(s.Workload) == 0 {
-			img, err := serviceImage(app, plan, s)
+			img, err := serviceImage(app, images, s)
 			if err != nil {
 				return nil, err
 			}
@@ -212,19 +198,15 @@ func describeServices(app *toa.Application, plan *image.Plan, services []*Servic
 }
 
 // serviceImage is the published image of the runtime's version where the context takes the
-// extensions' published images, else the one the plan builds.
-func serviceImage(app *toa.Application, plan *image.Plan, s *Service) (string, error) {
+// extensions' published images, else the one toa-push builds.
+func serviceImage(app *toa.Application, images Images, s *Service) (string, error) {
 	if app.Registry.Services == "published" && s.Published != "" {
 		return s.Published + ":" + app.Runtime.Version, nil
 	}
-	if plan != nil {
-		for _, img := range plan.Images {
-			if img.Service != nil && img.Name == "extension-"+s.Name {
-				return containerImage(img), nil
-			}
-		}
+	if img, ok := images["extension-"+s.Name]; ok {
+		return img, nil
 	}
-	return "", fmt.Errorf("the plan has no image for the service '%s' of %s", s.Name, s.Reference)
+	return "", fmt.Errorf("no image is given for the service '%s' of %s", s.Name, s.Reference)
 }
 
 // expose merges the context's ingress under what the service asks for: what it states wins.
@@ -260,11 +242,11 @@ func expose(app *toa.Application, s *Service) error {
 
 // describeMono is Toa's mono unit: every component, every variable and mount of any key, every
 // service folded in, and one Service and one Ingress that front them all.
-func describeMono(app *toa.Application, img *image.Image, deps *Dependencies, variables []Scoped[Variable], services []*Service) *Workload {
+func describeMono(app *toa.Application, img string, deps *Dependencies, variables []Scoped[Variable], services []*Service) *Workload {
 	w := &Workload{
 		Name:         MonoWorkload,
 		Subject:      "The mono deployment",
-		Image:        containerImage(img),
+		Image:        img,
 		Replicas:     int32(app.Mono.Replicas),
 		Resources:    app.Mono.Resources,
 		resourcesKey: "mono.resources",

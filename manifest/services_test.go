@@ -11,7 +11,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -31,28 +30,22 @@ func explorer() *Service {
 		Port: 8002, Ingress: &Ingress{Path: "/.introspection"}}
 }
 
-func withServices(app *toa.Application, plan *image.Plan, services ...*Service) *Dependencies {
+func withServices(app *toa.Application, images Images, services ...*Service) *Dependencies {
 	deps := &Dependencies{Services: services, Probe: &Probe{Path: "/.ready", Port: 8001},
 		Variables: []Scoped[Variable]{
 			{Key: "identity-tokens", Items: []Variable{{Name: "TOA_CONFIGURATION_IDENTITY_TOKENS", Value: "e30="}}},
 			{Key: "todos-tasks", Items: []Variable{{Name: "TOA_MONGODB_TODOS_TASKS", Value: "mongodb://mongo"}}},
 		}}
-	var images []image.Service
-	images = ServiceImages(app, deps, false)
-	if err := plan.AddServices(app, images, image.PlanOptions{}); err != nil {
-		panic(err)
-	}
-	for _, img := range plan.Images {
-		if img.Service != nil {
-			img.Tag = "5e41ce00"
-		}
+	_, mono := images[MonoWorkload]
+	for _, s := range ServiceImages(app, deps, mono) {
+		images["extension-"+s.Name] = "registry.example.com/acme/extension-" + s.Name + ":5e41ce00"
 	}
 	return deps
 }
 
-func objectsByName(t *testing.T, app *toa.Application, plan *image.Plan, deps *Dependencies) map[string]Object {
+func objectsByName(t *testing.T, app *toa.Application, images Images, deps *Dependencies) map[string]Object {
 	t.Helper()
-	objects, err := Objects(app, plan, WithDependencies(deps))
+	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +57,14 @@ func objectsByName(t *testing.T, app *toa.Application, plan *image.Plan, deps *D
 }
 
 func TestServiceOfItsOwn(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	app.Resources = memory("100Mi", "200Mi")
 	yes := true
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}, Class: "nginx", Default: &yes,
 		Annotations: map[string]string{"a": "b"}}
 	app.Registry.Base = "registry.example.com"
-	deps := withServices(app, plan, gateway())
-	objects := objectsByName(t, app, plan, deps)
+	deps := withServices(app, images, gateway())
+	objects := objectsByName(t, app, images, deps)
 
 	d := objects["Deployment/extension-exposition-gateway"].(*appsv1.Deployment)
 	selector := map[string]string{"toa/service": "extension-exposition-gateway"}
@@ -118,11 +111,11 @@ func TestServiceOfItsOwn(t *testing.T) {
 }
 
 func TestServiceACompositionRuns(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	app.Compositions[0].Services = []string{"@toa.io/extensions.exposition"}
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-	deps := withServices(app, plan, gateway())
-	objects := objectsByName(t, app, plan, deps)
+	deps := withServices(app, images, gateway())
+	objects := objectsByName(t, app, images, deps)
 	if _, ok := objects["Deployment/extension-exposition-gateway"]; ok {
 		t.Error("a Deployment of a service a composition runs")
 	}
@@ -132,10 +125,8 @@ func TestServiceACompositionRuns(t *testing.T) {
 	if _, ok := objects["Ingress/extension-exposition-gateway"]; !ok {
 		t.Error("no Ingress of the hosted gateway")
 	}
-	for _, img := range plan.Images {
-		if img.Service != nil {
-			t.Errorf("an image for a service a composition runs: %s", img.Name)
-		}
+	if _, ok := images["extension-exposition-gateway"]; ok {
+		t.Error("an image for a service a composition runs")
 	}
 	d := objects["Deployment/composition-edge"].(*appsv1.Deployment)
 	if d.Spec.Template.Labels["toa/service-exposition-gateway"] != "1" {
@@ -158,16 +149,16 @@ func TestServiceACompositionRuns(t *testing.T) {
 }
 
 func TestPublishedServiceImage(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	app.Registry.Services = "published"
 	app.Resources = &toa.Resources{None: true}
 	app.Runtime.Version = "1.0.0-alpha.289"
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-	deps := withServices(app, plan, gateway())
+	deps := withServices(app, images, gateway())
 	if n := len(ServiceImages(app, deps, false)); n != 0 {
 		t.Errorf("%d images to build of a published service", n)
 	}
-	d := objectsByName(t, app, plan, deps)["Deployment/extension-exposition-gateway"].(*appsv1.Deployment)
+	d := objectsByName(t, app, images, deps)["Deployment/extension-exposition-gateway"].(*appsv1.Deployment)
 	if img := d.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/toa-io/extension-exposition-gateway:1.0.0-alpha.289" {
 		t.Errorf("image %s", img)
 	}
@@ -177,13 +168,12 @@ func TestMono(t *testing.T) {
 	app, _ := edge(nil)
 	app.Mono = toa.Mono{Replicas: 3, Resources: memory("512Mi", "1Gi")}
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}, Class: "nginx"}
-	plan := &image.Plan{Images: []*image.Image{{Name: "mono", Repository: "registry.example.com/acme/mono", Tag: "0a0b0c0d",
-		Components: app.Components}}}
+	images := Images{"mono": "registry.example.com/acme/mono:0a0b0c0d"}
 	g := gateway()
 	g.Annotations = map[string]string{"svc": "1"}
-	deps := withServices(app, plan, g, explorer())
+	deps := withServices(app, images, g, explorer())
 	deps.Mounts = []Scoped[Mount]{{Key: "todos-lists", Items: []Mount{{Name: "tmp", Path: "/tmp", Claim: "tmp"}}}}
-	objects, err := Objects(app, plan, WithDependencies(deps))
+	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,13 +227,13 @@ func TestMono(t *testing.T) {
 }
 
 func TestEventsConsumed(t *testing.T) {
-	app, plan := edge(&toa.Resources{None: true})
+	app, images := edge(&toa.Resources{None: true})
 	tasks, stats := app.Components[0], app.Components[1]
 	tasks.Events = []string{"created", "closed", "deleted"}
 	stats.Receivers = []toa.Receiver{{Event: "todos.tasks.created"}, {Event: "todos.tasks.closed", Source: "legacy"}}
 	app.Events = []string{"todos.tasks.deleted"}
 	deps := &Dependencies{Deployed: []*toa.Component{tasks, stats}}
-	c := objectsByName(t, app, plan, deps)["Deployment/composition-edge"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	c := objectsByName(t, app, images, deps)["Deployment/composition-edge"].(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
 	var got []string
 	for _, e := range c.Env {
 		if strings.HasPrefix(e.Name, "TOA_EVENTS_") {
@@ -292,11 +282,11 @@ func TestServiceRefusals(t *testing.T) {
 		}, "Service 'introspection-explorer' declares no resources. Declare them on it or as the context's 'resources', or 'resources: null' to deploy it without any."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app, plan := edge(&toa.Resources{None: true})
+			app, images := edge(&toa.Resources{None: true})
 			app.Resources = &toa.Resources{None: true}
 			app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-			deps := withServices(app, plan, tc.setup(app)...)
-			_, err := Objects(app, plan, WithDependencies(deps))
+			deps := withServices(app, images, tc.setup(app)...)
+			_, err := Objects(app, images, WithDependencies(deps))
 			var e *fault.Input
 			if !errors.As(err, &e) {
 				t.Fatalf("%v is not a *fault.Input", err)
@@ -307,8 +297,8 @@ func TestServiceRefusals(t *testing.T) {
 		})
 	}
 	app, _ := edge(nil)
-	plan := &image.Plan{Images: []*image.Image{{Name: "mono", Repository: "r/mono", Tag: "0a0b0c0d"}}}
-	_, err := Objects(app, plan)
+	images := Images{"mono": "r/mono:0a0b0c0d"}
+	_, err := Objects(app, images)
 	if want := "The mono deployment declares no resources."; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v, want %s", err, want)
 	}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -106,20 +105,20 @@ type Dependencies struct {
 }
 
 // Describe settles the application's values as Toa's describe() does (reference §3.3, §3.4,
-// §5.3, §5.5, §5.6): a workload per composition with its image from the plan (or, when the plan
-// is of mono, the one mono workload), the context's variables (TOA_CONTEXT and TOA_ENV first)
+// §5.3, §5.5, §5.6): a workload per composition with its image (or, when the images are of
+// mono, the one mono workload), the context's variables (TOA_CONTEXT and TOA_ENV first)
 // and the dependencies' ones, deduplicated by name with the first kept, the extension services
 // each composition runs, the others as services of their own, every resources settled and
 // NODE_OPTIONS sized by the memory limit. Toa's refusals are *fault.Input: resources nowhere, a
 // port two services of one workload claim, a service that asks for an ingress without hosts or
 // port, a composition that lists what contributes no service.
-func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Values, error) {
+func Describe(app *toa.Application, images Images, deps *Dependencies) (*Values, error) {
 	if deps == nil {
 		deps = &Dependencies{}
 	}
 	v := &Values{Context: app.Name, Credentials: app.Registry.Credentials}
-	mono := monoImage(plan)
-	services, err := claim(app, deps.Services, mono != nil)
+	mono, isMono := images[MonoWorkload]
+	services, err := claim(app, deps.Services, isMono)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +126,7 @@ func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Valu
 		return nil, err
 	}
 	variables := events(app, deps, globals(app, deps.Variables))
-	if mono != nil {
+	if isMono {
 		v.Mono = describeMono(app, mono, deps, variables, services)
 		v.Components = v.Mono.Components
 		if err := settleResources(app, v); err != nil {
@@ -136,14 +135,14 @@ func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Valu
 		return v, nil
 	}
 	for i, c := range app.Compositions {
-		img := planned(plan, c)
-		if img == nil {
-			return nil, fmt.Errorf("the plan has no image for composition '%s'", c.Name)
+		img, ok := images["composition-"+c.Name]
+		if !ok {
+			return nil, fmt.Errorf("no image is given for composition '%s'", c.Name)
 		}
 		w := &Workload{
 			Name:    c.Name,
 			Subject: fmt.Sprintf("Composition '%s'", c.Name),
-			Image:   containerImage(img),
+			Image:   img,
 		}
 		for _, m := range c.Components {
 			w.Components = append(w.Components, m.Locator.Label)
@@ -181,35 +180,13 @@ func Describe(app *toa.Application, plan *image.Plan, deps *Dependencies) (*Valu
 			}
 		}
 	}
-	if v.Services, err = describeServices(app, plan, services, variables, deps.Probe); err != nil {
+	if v.Services, err = describeServices(app, images, services, variables, deps.Probe); err != nil {
 		return nil, err
 	}
 	if err := settleResources(app, v); err != nil {
 		return nil, err
 	}
 	return v, nil
-}
-
-// planned finds the plan's image of a composition.
-func planned(plan *image.Plan, c *toa.Composition) *image.Image {
-	if plan == nil {
-		return nil
-	}
-	for _, img := range plan.Images {
-		if img.Composition == c || (img.Composition != nil && img.Composition.Name == c.Name) {
-			return img
-		}
-	}
-	return nil
-}
-
-// containerImage is the repository with its tag when the tag is known; the kustomization's
-// images entry pins it by digest, or sets the tag where it is not known yet.
-func containerImage(img *image.Image) string {
-	if img.Tag == "" {
-		return img.Repository
-	}
-	return img.Repository + ":" + img.Tag
 }
 
 // globals returns the dependencies' variables with the context's own in the global group, as

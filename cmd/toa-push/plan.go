@@ -7,8 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/toa-deploy/toa-deploy/image"
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/pipeline"
 )
 
 // planJSON is the plan as programs read it (`-o json`).
@@ -46,9 +45,10 @@ type componentJSON struct {
 	Declared bool   `json:"versionDeclared"`
 }
 
-func writePlanJSON(w io.Writer, app *toa.Application, plan *image.Plan) error {
+func writePlanJSON(w io.Writer, p *pipeline.PlanReport) error {
+	app, plan := p.App, p.Plan
 	out := planJSON{Context: app.Name, Environment: app.Environment, Runtime: app.Runtime.Version,
-		Images: []imageJSON{}, Warnings: append(append([]string{}, app.Warnings...), plan.Warnings...)}
+		Images: []imageJSON{}, Warnings: append([]string{}, p.Warnings...)}
 	for _, img := range plan.Images {
 		j := imageJSON{Name: img.Name, Repository: img.Repository, Reference: img.Reference(), Tag: img.Tag,
 			Dependencies: img.DepsReference(), Base: baseJSON{Reference: img.Base, From: img.BaseFrom}, Platforms: img.Platforms,
@@ -66,7 +66,8 @@ func writePlanJSON(w io.Writer, app *toa.Application, plan *image.Plan) error {
 	return enc.Encode(out)
 }
 
-func writePlanText(w io.Writer, app *toa.Application, plan *image.Plan) error {
+func writePlanText(w io.Writer, p *pipeline.PlanReport) error {
+	app, plan := p.App, p.Plan
 	env := app.Environment
 	if env == "" {
 		env = "none"

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -15,8 +14,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/manifest"
+	"github.com/toa-deploy/toa-deploy/pipeline"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -53,18 +51,6 @@ func (c *pushCommand) Validate() error {
 	return nil
 }
 
-// kustomizationDir is where the kustomization goes: -k, else beside the layout's images, else
-// deployment.
-func (c *pushCommand) kustomizationDir() string {
-	switch {
-	case c.Kustomization != "":
-		return c.Kustomization
-	case c.OCILayout != "":
-		return filepath.Join(c.OCILayout, "kustomization")
-	}
-	return "deployment"
-}
-
 // mirrors are TOA_MIRRORS', then --mirror's, a flag overriding the environment for the same FROM.
 func (c *pushCommand) mirrors() (image.Mirrors, error) {
 	specs := strings.Split(os.Getenv("TOA_MIRRORS"), ",")
@@ -86,143 +72,90 @@ func (c *pushCommand) environment() string {
 }
 
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
-	if c.FromOCILayout != "" {
-		return c.pushLayout(ctx, log)
-	}
-	app, err := c.load()
-	if err != nil {
-		return err
-	}
-	for _, w := range app.Warnings {
-		log.Warn(w)
-	}
-	mirrors, err := c.mirrors()
-	if err != nil {
-		return err
-	}
-	reg, err := image.NewRegistries(image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile), image.WithMirrors(mirrors))
-	if err != nil {
-		return fault.BadInput(err)
-	}
-	var dest image.Destination = image.NewRegistryDestination(reg)
-	if c.OCILayout != "" {
-		layout, err := image.OpenLayout(c.OCILayout, map[string]string{image.AnnotationContext: app.Name, image.AnnotationEnvironment: app.Environment})
-		if err != nil {
-			return fault.BadInput(err)
-		}
-		dest = layout
-	}
-	tools, err := layer.DetectToolchain(ctx)
-	if err != nil {
-		return err
-	}
-	plan, err := c.plan(ctx, app, reg, tools)
-	if err != nil {
-		return err
-	}
-	deps, err := c.extensions(ctx, log, app, plan, reg, tools)
-	if err != nil {
-		return err
-	}
-	for _, w := range plan.Warnings {
-		log.Warn(w)
-	}
-	if c.Plan {
-		return c.writePlan(ctx, log, app, plan, deps, dest)
-	}
 	display := cli.NewDisplay(os.Stderr)
-	layers := image.NewLayers(app, tools, layer.WithWarnings(func(w string) { display.Print("warning: " + w) }))
-	result, err := image.Push(ctx, app, plan, image.PushOptions{
-		Registries:  reg,
-		Destination: dest,
-		Layers:      layers,
-		CacheDir:    cacheDir(),
-		Events:      func(e image.Event) { display.Set(e.Image, e.Message) },
-	})
+	opts, err := c.options(log, display)
 	if err != nil {
 		return err
 	}
-	if err := writeKustomization(app, plan, deps, c.kustomizationDir(), result.Digests()); err != nil {
-		return err
+	switch {
+	case c.FromOCILayout != "":
+		report, err := pipeline.PushLayout(ctx, c.FromOCILayout, opts...)
+		if err != nil {
+			return err
+		}
+		return c.writeReport(report)
+	case c.Plan:
+		return c.plan(ctx, opts)
 	}
-	out := pushReport{Context: app.Name, Environment: app.Environment, Result: result, Kustomization: c.kustomizationDir(), Layout: c.OCILayout}
-	if c.Output == cli.JSON {
-		return writePushJSON(os.Stdout, out)
+	report, err := pipeline.Push(ctx, c.Path, c.environment(), opts...)
+	if err != nil {
+		return c.explain(err)
 	}
-	return writePushText(os.Stdout, out)
+	return c.writeReport(report)
 }
 
-// writePlan prints the plan and writes the kustomization with what is known: the digests of the
-// images the registry already has, the plan's tags for the others.
-func (c *pushCommand) writePlan(ctx context.Context, log *logrus.Logger, app *toa.Application, plan *image.Plan, deps *manifest.Dependencies, dest image.Destination) error {
-	digests, err := image.Probe(ctx, dest, plan)
-	if err != nil {
-		log.Warnf("the registry could not be asked which images it has: %v", err)
+// plan prints the plan, also when the kustomization could not be written: the run then fails
+// (exit 1, or 3 when the base's registry did not answer in time), never having written nothing
+// asked for with exit 0.
+func (c *pushCommand) plan(ctx context.Context, opts []pipeline.Option) error {
+	report, err := pipeline.Plan(ctx, c.Path, c.environment(), opts...)
+	if report == nil {
+		return c.explain(err)
 	}
 	if c.Output == cli.JSON {
-		err = writePlanJSON(os.Stdout, app, plan)
-	} else {
-		err = writePlanText(os.Stdout, app, plan)
-	}
-	if err != nil {
+		if err := writePlanJSON(os.Stdout, report); err != nil {
+			return err
+		}
+	} else if err := writePlanText(os.Stdout, report); err != nil {
 		return err
 	}
-	var notWritten *notWrittenError
-	switch err := writeKustomization(app, plan, deps, c.kustomizationDir(), digests); {
-	case errors.As(err, &notWritten):
-		log.Warn(err.Error())
-	case err != nil:
-		return err
-	default:
-		log.Infof("wrote the kustomization to %s", c.kustomizationDir())
-	}
-	return nil
+	return err
 }
 
-// load reads the application, and says so when ENV looks like the folder the user meant.
-func (c *pushCommand) load() (*toa.Application, error) {
-	app, err := toa.Load(c.Path, c.environment())
-	if err == nil {
-		return app, nil
+// options turn the flags into the pipeline's options.
+func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipeline.Option, error) {
+	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile)}
+	if c.FromOCILayout == "" {
+		mirrors, err := c.mirrors()
+		if err != nil {
+			return nil, err
+		}
+		regOpts = append(regOpts, image.WithMirrors(mirrors))
 	}
+	reg, err := image.NewRegistries(regOpts...)
+	if err != nil {
+		return nil, fault.BadInput(err)
+	}
+	opts := []pipeline.Option{
+		pipeline.WithRegistries(reg),
+		pipeline.WithMono(c.Mono),
+		pipeline.WithKustomization(c.Kustomization),
+		pipeline.WithOCILayout(c.OCILayout),
+		pipeline.WithResolveTimeout(c.Timeout),
+		pipeline.WithLogger(log),
+		pipeline.WithWarnings(func(w string) { display.Print("warning: " + w) }),
+		pipeline.WithEvents(func(e image.Event) { display.Set(e.Image, e.Message) }),
+	}
+	if c.Verbose {
+		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
+	}
+	return opts, nil
+}
+
+// explain says so when ENV looks like the folder the user meant.
+func (c *pushCommand) explain(err error) error {
 	var e *fault.Input
 	if c.Env != "" && errors.As(err, &e) && errors.Is(err, toa.ErrNoContext) {
 		if info, statErr := os.Stat(filepath.Join(c.Env, toa.ContextFile)); statErr == nil && !info.IsDir() {
 			e.Hint = fmt.Sprintf("'%s' is taken as the environment; to read the context in that folder, run toa-push --path %s", c.Env, c.Env)
 		}
 	}
-	return nil, err
+	return err
 }
 
-func (c *pushCommand) plan(ctx context.Context, app *toa.Application, reg *image.Registries, tools layer.Toolchain) (*image.Plan, error) {
-	refs, err := image.Bases(app, c.Mono)
-	if err != nil {
-		return nil, err
+func (c *pushCommand) writeReport(report *pipeline.Report) error {
+	if c.Output == cli.JSON {
+		return writePushJSON(os.Stdout, report)
 	}
-	bases := make([]*image.Base, len(refs))
-	var wg sync.WaitGroup
-	for i, ref := range refs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := context.WithTimeout(ctx, c.Timeout)
-			defer cancel()
-			bases[i] = image.ResolveBase(rctx, reg, ref)
-		}()
-	}
-	wg.Wait()
-	resolved := map[string]*image.Base{}
-	for i, ref := range refs {
-		resolved[ref] = bases[i]
-	}
-	return image.NewPlan(app, image.PlanOptions{Mono: c.Mono, Toolchain: tools, Bases: resolved})
-}
-
-// cacheDir is where toa-push keeps what it learnt: layers, npm's cache, the bases' libc.
-func cacheDir() string {
-	dir, err := layer.DefaultCacheDir()
-	if err != nil {
-		return ""
-	}
-	return dir
+	return writePushText(os.Stdout, report)
 }

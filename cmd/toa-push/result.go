@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/pipeline"
 )
 
 type pushedJSON struct {
@@ -14,17 +15,8 @@ type pushedJSON struct {
 	Reference string `json:"reference"`
 }
 
-// pushReport is what a push did, as the command reports it.
-type pushReport struct {
-	Context, Environment string
-	Result               *image.Result
-	Kustomization        string
-	Layout               string // the OCI layout written to, or ""
-	FromLayout           string // the OCI layout pushed from, or ""
-}
-
 // writePushJSON lists every image with its digest, whether it was built, and the bytes sent.
-func writePushJSON(w io.Writer, o pushReport) error {
+func writePushJSON(w io.Writer, o *pipeline.Report) error {
 	out := struct {
 		Context       string       `json:"context"`
 		Environment   string       `json:"environment"`
@@ -44,7 +36,7 @@ func writePushJSON(w io.Writer, o pushReport) error {
 	return enc.Encode(out)
 }
 
-func writePushText(w io.Writer, o pushReport) error {
+func writePushText(w io.Writer, o *pipeline.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	sent := "sent"
 	if o.Layout != "" {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"errors"
@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/manifest"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
+// Every image is pinned, by digest where the registry has it, else by tag; with a tag unknown,
+// nothing is written.
 func TestWriteKustomization(t *testing.T) {
-	app, err := toa.Load(filepath.Join("..", "..", "testdata", "apps", "derived"), "default")
+	app, err := toa.Load(filepath.Join("..", "testdata", "apps", "derived"), "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,9 +23,14 @@ func TestWriteKustomization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	objects, err := manifest.Objects(app, plan.ContainerImages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Planned{App: app, Plan: plan, Objects: objects}
 	dir := filepath.Join(t.TempDir(), "deployment")
-	var notWritten *notWrittenError
-	if err := writeKustomization(app, plan, nil, dir, nil); !errors.As(err, &notWritten) {
+	var notWritten *NotWrittenError
+	if err := writeKustomization(p, dir, nil); !errors.As(err, &notWritten) {
 		t.Fatalf("unresolved tags: %v", err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -35,7 +42,7 @@ func TestWriteKustomization(t *testing.T) {
 	}
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	digests := map[string]string{"localhost:5000/derived/composition-orders-orders": digest}
-	if err := writeKustomization(app, plan, nil, dir, digests); err != nil {
+	if err := writeKustomization(p, dir, digests); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
@@ -50,22 +57,5 @@ func TestWriteKustomization(t *testing.T) {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("kustomization.yaml lacks\n%s\n%s", want, data)
 		}
-	}
-}
-
-// The application's mistakes are reported even when the tags are not known yet.
-func TestWriteKustomizationRefusesBeforeTags(t *testing.T) {
-	app, err := toa.Load(filepath.Join("..", "..", "testdata", "apps", "derived"), "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	app.Resources = nil
-	plan, err := image.NewPlan(app, image.PlanOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = writeKustomization(app, plan, nil, filepath.Join(t.TempDir(), "deployment"), nil)
-	if !fault.IsInput(err) || !strings.Contains(err.Error(), "Composition 'default-echo' declares no resources.") {
-		t.Errorf("%v", err)
 	}
 }
