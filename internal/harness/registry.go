@@ -290,11 +290,10 @@ func (r *Recorder) Reset() {
 	r.requests = nil
 }
 
-// Add records requests, as a copy of what another Recorder saw.
-func (r *Recorder) Add(requests ...Request) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.requests = append(r.requests, requests...)
+// Snapshot returns a Recorder that holds what r holds now, and records nothing more: what a
+// step saw, before the next step (a reader's requests, say) adds to it.
+func (r *Recorder) Snapshot() *Recorder {
+	return &Recorder{requests: r.Requests()}
 }
 
 // Requests returns a copy of the requests recorded since the start or the last Reset, in the
