@@ -304,7 +304,7 @@ func (a *applier) established(ctx context.Context, crds []*unstructured.Unstruct
 		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
 		a.crds = append(a.crds, group)
 		a.opts.logf("waiting for %s to be established", RefOf(crd))
-		err := until(ctx, a.c.dyn.Resource(gvr), crd.GetName(), func(obj *unstructured.Unstructured) bool {
+		err := until(ctx, a.c.dyn, a.c.dyn.Resource(gvr), crd.GetName(), func(obj *unstructured.Unstructured) bool {
 			conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 			for _, c := range conditions {
 				c, _ := c.(map[string]any)

@@ -303,10 +303,15 @@ func applications(ctx context.Context, c *client, namespace string) ([]string, e
 
 // deleteRevisions deletes the set's revisions, with its parent.
 func deleteRevisions(ctx context.Context, c *client, set Set) error {
-	err := c.dyn.Resource(secrets).Namespace(set.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
-		metav1.ListOptions{LabelSelector: LabelRevisionOf + "=" + set.Name})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete the revisions of %s: %w", set.Name, err)
+	revs, err := history(ctx, c, set)
+	if err != nil {
+		return err
+	}
+	for _, r := range revs {
+		err := c.dyn.Resource(secrets).Namespace(set.Namespace).Delete(ctx, r.Secret, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete revision %d of %s: %w", r.Number, set.Name, err)
+		}
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func waitGone(ctx context.Context, c *client, set Set, members []member, logf fu
 	}
 	for w, names := range groups {
 		logf("waiting for %d %s to go", len(names), w.resource.Resource)
-		if err := untilGone(ctx, c.resource(mappings[w], w.namespace), LabelPartOf+"="+set.ID, names); err != nil {
+		if err := untilGone(ctx, c.dyn, c.resource(mappings[w], w.namespace), LabelPartOf+"="+set.ID, names); err != nil {
 			return fmt.Errorf("wait for the deleted %s to go: %w", w.resource.Resource, err)
 		}
 	}

@@ -15,14 +15,15 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
-// listWatch lists and watches a resource, narrowed by a field and a label selector. A resource
-// the server no longer serves (the CRD of the kind is gone) lists as empty.
-func listWatch(ri dynamic.ResourceInterface, fieldSelector, labelSelector string) cache.ListerWatcher {
+// listWatch lists and watches a resource of the dynamic client dyn, narrowed by a field and a
+// label selector. A resource the server no longer serves (the CRD of the kind is gone) lists as
+// empty. dyn says whether it can stream a list as a watch (client-go's fakes cannot).
+func listWatch(dyn dynamic.Interface, ri dynamic.ResourceInterface, fieldSelector, labelSelector string) cache.ListerWatcher {
 	narrow := func(o metav1.ListOptions) metav1.ListOptions {
 		o.FieldSelector, o.LabelSelector = fieldSelector, labelSelector
 		return o
 	}
-	return &cache.ListWatch{
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			list, err := ri.List(ctx, narrow(o))
 			if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
@@ -33,12 +34,12 @@ func listWatch(ri dynamic.ResourceInterface, fieldSelector, labelSelector string
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return ri.Watch(ctx, narrow(o))
 		},
-	}
+	}, dyn)
 }
 
 // until watches one object until cond holds of it.
-func until(ctx context.Context, ri dynamic.ResourceInterface, name string, cond func(*unstructured.Unstructured) bool) error {
-	lw := listWatch(ri, fields.OneTermEqualSelector("metadata.name", name).String(), "")
+func until(ctx context.Context, dyn dynamic.Interface, ri dynamic.ResourceInterface, name string, cond func(*unstructured.Unstructured) bool) error {
+	lw := listWatch(dyn, ri, fields.OneTermEqualSelector("metadata.name", name).String(), "")
 	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, nil, func(ev watch.Event) (bool, error) {
 		obj, ok := ev.Object.(*unstructured.Unstructured)
 		return ok && ev.Type != watch.Deleted && obj.GetName() == name && cond(obj), nil
@@ -48,7 +49,7 @@ func until(ctx context.Context, ri dynamic.ResourceInterface, name string, cond 
 
 // untilGone watches the objects of a resource that carry a label until none of names is left:
 // client-go's list, then watch, restarted from a new list when the watch ends.
-func untilGone(ctx context.Context, ri dynamic.ResourceInterface, labelSelector string, names []string) error {
+func untilGone(ctx context.Context, dyn dynamic.Interface, ri dynamic.ResourceInterface, labelSelector string, names []string) error {
 	left := sets.New(names...)
 	listed := func(store cache.Store) (bool, error) {
 		present := sets.New[string]()
@@ -60,7 +61,7 @@ func untilGone(ctx context.Context, ri dynamic.ResourceInterface, labelSelector 
 		left = left.Intersection(present)
 		return left.Len() == 0, nil
 	}
-	_, err := watchtools.UntilWithSync(ctx, listWatch(ri, "", labelSelector), &unstructured.Unstructured{}, listed,
+	_, err := watchtools.UntilWithSync(ctx, listWatch(dyn, ri, "", labelSelector), &unstructured.Unstructured{}, listed,
 		func(ev watch.Event) (bool, error) {
 			if u, ok := ev.Object.(*unstructured.Unstructured); ok && ev.Type == watch.Deleted {
 				left.Delete(u.GetName())

@@ -268,6 +268,12 @@ func (r *Recorder) Reset() {
 	r.requests = nil
 }
 
+// Snapshot returns a Recorder that holds what r holds now, and records nothing more: what a
+// step saw, before the next step (a reader's requests, say) adds to it.
+func (r *Recorder) Snapshot() *Recorder {
+	return &Recorder{requests: r.Requests()}
+}
+
 // Requests returns a copy of the requests recorded since the start or the last Reset, in the
 // order their responses were finished.
 func (r *Recorder) Requests() []Request {
