@@ -215,7 +215,7 @@ func writeConfig(t *testing.T, file, content string) {
 func TestPushToTLSRegistryOnLoopback(t *testing.T) {
 	addr, ca := harness.TLSRegistry(t)
 	baseAddr, _ := harness.RegistryWithLog(t)
-	baseRef := harness.PushRandomBase(t, baseAddr)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
 	dir := twoCompositions(t, addr, baseRef)
 
 	reg, _ := NewRegistries()

@@ -34,7 +34,7 @@ type faultRun struct {
 
 func newFaultRun(t *testing.T) *faultRun {
 	f := &faultRun{base: harness.FaultyRegistry(t), target: harness.FaultyRegistry(t)}
-	f.baseRef = harness.PushRandomBase(t, f.base.Addr)
+	f.baseRef = harness.PushLayeredBase(t, f.base.Addr)
 	f.dir = twoCompositions(t, f.target.Addr, f.baseRef)
 	return f
 }

@@ -80,7 +80,7 @@ func pings(rec *harness.Recorder) int {
 // is asked for with a HEAD.
 func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 	baseAddr, baseRec := harness.RegistryWithLog(t)
-	baseRef := harness.PushRandomBase(t, baseAddr)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
 	dir := twoCompositions(t, addr, baseRef)
 	baseRec.Reset()
@@ -154,7 +154,7 @@ func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 // repository it sent them to: the push remembers which repository holds what.
 func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
 	baseAddr, _ := harness.RegistryWithLog(t)
-	baseRef := harness.PushRandomBase(t, baseAddr)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
 	dir := twoCompositions(t, addr, baseRef)
 	memory := t.TempDir()
@@ -216,7 +216,7 @@ func distinctBaseLayers(t *testing.T, ref string) map[string]bool {
 // sent without asking, and the push completes.
 func TestRegistryThatDoesNotMount(t *testing.T) {
 	baseAddr, _ := harness.RegistryWithLog(t)
-	baseRef := harness.PushRandomBase(t, baseAddr)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
 	target := harness.FaultyRegistry(t)
 	target.Inject(harness.Fault{Match: harness.Mount, Kind: harness.NoMount})
 	dir := twoCompositions(t, target.Addr, baseRef)
@@ -240,7 +240,7 @@ func TestRegistryThatDoesNotMount(t *testing.T) {
 // their base layers are mounted into the other repositories.
 func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 	baseAddr, _ := harness.RegistryWithLog(t)
-	baseRef := harness.PushRandomBase(t, baseAddr)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
 	dir := twoCompositions(t, addr, baseRef)
 	layoutDir := filepath.Join(t.TempDir(), "layout")

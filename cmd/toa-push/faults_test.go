@@ -17,7 +17,7 @@ import (
 func faultyApp(t *testing.T) (dir string, base, target *harness.Faulty) {
 	t.Helper()
 	base, target = harness.FaultyRegistry(t), harness.FaultyRegistry(t)
-	baseRef := harness.PushRandomBase(t, base.Addr)
+	baseRef := harness.PushLayeredBase(t, base.Addr)
 	dir = t.TempDir()
 	files := map[string]string{
 		"context.toa.yaml": fmt.Sprintf("name: faults\nruntime: 1.0.0-alpha.289\nregistry:\n  base: %s\n  platforms: [linux/amd64, linux/arm64]\n"+

@@ -468,10 +468,11 @@ func imageComplete(ctx context.Context, repo name.Repository, img v1.Image) erro
 	return nil
 }
 
-// PushRandomBase pushes a base of two platforms (linux/amd64, linux/arm64), each of three random
+// PushLayeredBase pushes a base of two platforms (linux/amd64, linux/arm64), each of three random
 // layers of 512 KiB, as <addr>/bases/random:test, and returns that reference: for the tests
-// that need layers to move and break, not a node that runs. Its digests differ on every call.
-func PushRandomBase(t testing.TB, addr string) string {
+// that need layers big enough to move and break, not a node that runs (PushRandomBase's are a
+// few hundred bytes). Its digests differ on every call.
+func PushLayeredBase(t testing.TB, addr string) string {
 	t.Helper()
 	var adds []mutate.IndexAddendum
 	for _, p := range []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64", Variant: "v8"}} {
