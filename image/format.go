@@ -19,8 +19,8 @@ package image
 //   - Reproducible: the conversion is a function of the base's manifest alone. A base that is
 //     OCI already gives the digests it gave before.
 //
-// Every runtime and registry Kubernetes users meet reads OCI (containerd, CRI-O, Docker since
-// 17.x; Distribution since 2.7, Harbor, Quay, the clouds' registries, GHCR, Docker Hub).
+// Every runtime and registry Kubernetes users meet reads OCI (containerd, CRI-O, Docker Engine;
+// Distribution since 2.7, Harbor, Quay, the clouds' registries, GHCR, Docker Hub).
 
 import (
 	"bytes"

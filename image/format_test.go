@@ -1,6 +1,9 @@
 package image
 
 import (
+	"context"
+	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -8,6 +11,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // memoryBase is a small base in the format given: the manifest's, the config's and the layers'
@@ -188,4 +193,46 @@ func TestDependenciesKeepTheirAnnotations(t *testing.T) {
 	if digest(t, again) != digest(t, deps) {
 		t.Errorf("an OCI dependencies image read back: %s, written %s", digest(t, again), digest(t, deps))
 	}
+}
+
+// A layout an earlier toa-push wrote on a Docker base (a Docker manifest of OCI layers) is
+// refused before anything is pushed, as bad input, with what to do.
+func TestPushLayoutRefusesMixedFormats(t *testing.T) {
+	docker := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
+	l, _ := tarLayer(map[string][]byte{"a": []byte("a")})
+	mixed, _ := mutate.Append(docker, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
+	layout, err := OpenLayout(filepath.Join(t.TempDir(), "layout"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := layout.Write(t.Context(), "registry.internal/shop/composition-front:1a2b3c4d", oneImage(types.OCIImageIndex, mixed, "amd64")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = PushLayout(t.Context(), layout, PushOptions{Destination: refusingDestination{t: t}})
+	var input *fault.Input
+	if !errors.As(err, &input) || !strings.Contains(err.Error(), "not an OCI image manifest") || !strings.Contains(err.Error(), "write the layout again") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// refusingDestination fails the test on any question: nothing is to be pushed. (Methods it
+// does not define panic.)
+type refusingDestination struct {
+	Destination
+	t *testing.T
+}
+
+func (d refusingDestination) Digest(context.Context, string) (string, error) {
+	d.t.Error("the destination was asked for a digest")
+	return "", nil
+}
+
+func (d refusingDestination) Index(context.Context, string) (v1.ImageIndex, error) {
+	d.t.Error("the destination was asked for an index")
+	return nil, nil
+}
+
+func (d refusingDestination) Write(context.Context, string, v1.ImageIndex) (Sent, error) {
+	d.t.Error("the destination was written to")
+	return Sent{}, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -16,10 +15,14 @@ import (
 // An OCI layout holds every index of the application with every blob of its images, the base's
 // layers included; pushed to the registry later, it gives the digests a push straight to the
 // registry gives, and contacts no registry but the base's while it is written.
-func TestLayoutThenRegistry(t *testing.T) {
-	origin := harness.Registry(t)
-	base := harness.PushTestBase(t, origin)
-	target, targetLog := harness.RegistryWithLog(t)
+func TestLayoutThenRegistry(t *testing.T) { testLayoutThenRegistry(t, real) }
+
+func TestLayoutThenTheMemoryRegistry(t *testing.T) { testLayoutThenRegistry(t, memory) }
+
+func testLayoutThenRegistry(t *testing.T, r registries) {
+	origin := r.registry(t)
+	base := r.base(t, origin)
+	target, targetLog := r.withLog(t)
 	dir := twoCompositions(t, target, base)
 	app, err := toa.Load(dir, "default")
 	if err != nil {
@@ -83,7 +86,7 @@ func TestLayoutThenRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		direct := harness.Registry(t)
+		direct := r.registry(t)
 		other := twoCompositions(t, direct, base)
 		straight, err := pushOnce(t, other, base, fakeLayers{})
 		if err != nil {

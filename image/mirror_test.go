@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
-	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -73,12 +72,17 @@ func TestMirrorSpecs(t *testing.T) {
 // The same base, read from where the context names it and from a mirror, gives the same tags;
 // the mirrored build never asks the registry the context names, and records the mirror in the
 // annotations of its indexes and manifests.
-func TestMirroredAndDirectGiveTheSameTags(t *testing.T) {
-	origin, originLog := harness.RegistryWithLog(t)
-	mirror := harness.Registry(t)
-	base := harness.PushTestBase(t, origin)
-	copyBase(t, base, mirror+"/copies/bases/node:test")
-	dir := twoCompositions(t, harness.Registry(t), base)
+func TestMirroredAndDirectGiveTheSameTags(t *testing.T) { testMirrored(t, real) }
+
+func TestMirroredAndDirectOnTheMemoryRegistry(t *testing.T) { testMirrored(t, memory) }
+
+func testMirrored(t *testing.T, r registries) {
+	origin, originLog := r.withLog(t)
+	mirror := r.registry(t)
+	base := r.base(t, origin)
+	copied := mirror + "/copies/" + strings.SplitN(base, "/", 2)[1]
+	copyBase(t, base, copied)
+	dir := twoCompositions(t, r.registry(t), base)
 	app, err := toa.Load(dir, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +114,7 @@ func TestMirroredAndDirectGiveTheSameTags(t *testing.T) {
 			t.Errorf("%s: %s %s through the mirror, %s %s without", want.Images[i].Name, got.Images[i].Tag, got.Images[i].DepsTag,
 				want.Images[i].Tag, want.Images[i].DepsTag)
 		}
-		if got.Images[i].BaseSource != mirror+"/copies/bases/node:test" || got.Images[i].Mirror == "" {
+		if got.Images[i].BaseSource != copied || got.Images[i].Mirror == "" {
 			t.Errorf("%s: read from %s (%s)", got.Images[i].Name, got.Images[i].BaseSource, got.Images[i].Mirror)
 		}
 	}
@@ -122,7 +126,7 @@ func TestMirroredAndDirectGiveTheSameTags(t *testing.T) {
 		t.Errorf("the registry the context names was asked %d times: %+v", n, originLog.Requests())
 	}
 	idx, m := readIndex(t, result.Images[0].Reference())
-	if m.Annotations[AnnotationBaseName] != base || m.Annotations[AnnotationBaseMirror] != mirror+"/copies/bases/node:test" {
+	if m.Annotations[AnnotationBaseName] != base || m.Annotations[AnnotationBaseMirror] != copied {
 		t.Errorf("index annotations: %v", m.Annotations)
 	}
 	img, _ := idx.Image(m.Manifests[0].Digest)

@@ -127,9 +127,38 @@ func pushOnce(t *testing.T, dir, base string, layers Layers) (*Result, error) {
 	return Push(ctx, app, plan, PushOptions{Registries: reg, Layers: layers, CacheDir: t.TempDir()})
 }
 
-func TestPushAgainstARealRegistry(t *testing.T) {
-	addr, rec := harness.RegistryWithLog(t)
-	base := harness.PushTestBase(t, addr)
+// registries are where a test's images and bases go: real ones (Debian's docker-registry, the
+// test base of the machine's node), or go-containerregistry's in-memory one and a random base,
+// which need nothing installed and run under -short.
+type registries struct {
+	registry func(testing.TB) string
+	withLog  func(testing.TB) (string, *harness.Recorder)
+	base     func(testing.TB, string) string
+}
+
+var (
+	real   = registries{registry: harness.Registry, withLog: harness.RegistryWithLog, base: harness.PushTestBase}
+	memory = registries{
+		registry: harness.MemoryRegistry,
+		withLog: func(t testing.TB) (string, *harness.Recorder) {
+			addr, rec, _ := harness.MemoryRegistryWithLog(t)
+			return addr, rec
+		},
+		base: func(t testing.TB, addr string) string {
+			harness.PushRandomBase(t, addr+"/bases/random:test")
+			return addr + "/bases/random:test"
+		},
+	}
+)
+
+func TestPushAgainstARealRegistry(t *testing.T) { testPush(t, real) }
+
+func TestPushAgainstTheMemoryRegistry(t *testing.T) { testPush(t, memory) }
+
+// testPush: a first push, a push with no change, a code change, a failed push and its rerun.
+func testPush(t *testing.T, r registries) {
+	addr, rec := r.withLog(t)
+	base := r.base(t, addr)
 	dir := twoCompositions(t, addr, base)
 
 	rec.Reset()

@@ -6,30 +6,23 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -38,97 +31,21 @@ import (
 // layers made without npm: the push logic, hermetic, in `make unit`. The same paths against a
 // real registry, with npm, are cmd/toa-push's end-to-end tests.
 
-// memory is go-containerregistry's in-memory registry on loopback, behind a handler that
-// records every request. It ignores mounts and does not check that a manifest's blobs are
-// there (DESIGN.md): tests assert those themselves.
-type memory struct {
-	*httptest.Server
-	addr string
-
-	mu       sync.Mutex
-	requests []string // "METHOD /path"
+// registry serves go-containerregistry's in-memory registry, with its requests recorded, and
+// pushes the test base to it where the pushed application names it.
+func registry(t *testing.T) (string, *harness.Recorder, func()) {
+	t.Helper()
+	addr, rec, stop := harness.MemoryRegistryWithLog(t)
+	harness.PushRandomBase(t, addr+"/bases/node:test")
+	rec.Reset()
+	return addr, rec, stop
 }
 
-func newMemory(t *testing.T) *memory {
-	t.Helper()
-	m := &memory{}
-	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		m.mu.Lock()
-		m.requests = append(m.requests, r.Method+" "+r.URL.Path)
-		m.mu.Unlock()
-		reg.ServeHTTP(w, r)
+// heads are the HEADs of the application's images.
+func heads(rec *harness.Recorder) int {
+	return len(rec.Filter(func(r harness.Request) bool {
+		return r.Method == http.MethodHead && strings.Contains(r.Path, "/manifests/")
 	}))
-	t.Cleanup(m.Close)
-	m.addr = strings.TrimPrefix(m.URL, "http://")
-	return m
-}
-
-// count returns how many requests since the last reset match method and contain part, and
-// resets when asked.
-func (m *memory) count(method, part string) int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, r := range m.requests {
-		if strings.HasPrefix(r, method+" ") && strings.Contains(r, part) {
-			n++
-		}
-	}
-	return n
-}
-
-func (m *memory) total() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.requests)
-}
-
-func (m *memory) reset() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.requests = nil
-}
-
-// uploads are the blobs written: the PUT that closes an upload.
-func (m *memory) uploads() int { return m.count("PUT", "/blobs/uploads/") }
-
-// manifests are the manifests and indexes written.
-func (m *memory) manifests() int { return m.count("PUT", "/manifests/") }
-
-// pushBase pushes an index of small random images, one per platform, as the test base.
-func pushBase(t *testing.T, ref string, platforms ...string) {
-	t.Helper()
-	var adds []mutate.IndexAddendum
-	for _, p := range platforms {
-		img, err := random.Image(256, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		platform, err := v1.ParsePlatform(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg = cfg.DeepCopy()
-		cfg.OS, cfg.Architecture, cfg.Variant = platform.OS, platform.Architecture, platform.Variant
-		cfg.Config.Env = []string{"NODE_VERSION=20.0.0"}
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			t.Fatal(err)
-		}
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: platform}})
-	}
-	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.WriteIndex(r, idx); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // copyApp copies a testdata application into a new folder, with the registry's address in
@@ -260,9 +177,8 @@ func kustomizationImages(t *testing.T, dir string) map[string]string {
 // The push paths of the pipeline, hermetic: a plan, a first push, a push with no change, a code
 // change, and a failed push that leaves no tag.
 func TestPushToARegistry(t *testing.T) {
-	reg := newMemory(t)
-	pushBase(t, reg.addr+"/bases/node:test", "linux/amd64", "linux/arm64")
-	dir := copyApp(t, "pushed", reg.addr)
+	addr, rec, _ := registry(t)
+	dir := copyApp(t, "pushed", addr)
 	k := filepath.Join(t.TempDir(), "deployment")
 	opts := testOptions(t, WithKustomization(k))
 	ctx := context.Background()
@@ -280,7 +196,7 @@ func TestPushToARegistry(t *testing.T) {
 		}
 	}
 
-	reg.reset()
+	rec.Reset()
 	first, err := Push(ctx, dir, "default", opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -297,10 +213,10 @@ func TestPushToARegistry(t *testing.T) {
 		}
 		assertComplete(t, p.Repository+":"+p.Tag)
 	}
-	t.Logf("first push: %d blobs, %d manifests", reg.uploads(), reg.manifests())
+	t.Logf("first push: %d blobs, %d manifests", len(rec.BlobUploads()), len(rec.ManifestPuts()))
 
 	t.Run("no change sends nothing", func(t *testing.T) {
-		reg.reset()
+		rec.Reset()
 		again, err := Push(ctx, dir, "default", opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -310,8 +226,8 @@ func TestPushToARegistry(t *testing.T) {
 				t.Errorf("no-change push: %+v", p)
 			}
 		}
-		if reg.uploads() != 0 || reg.manifests() != 0 || reg.count("HEAD", "/manifests/") != 2 {
-			t.Errorf("%d blobs, %d manifests written, %d HEADs of images (want 0, 0, 2)", reg.uploads(), reg.manifests(), reg.count("HEAD", "/manifests/"))
+		if len(rec.BlobUploads()) != 0 || len(rec.ManifestPuts()) != 0 || heads(rec) != 2 {
+			t.Errorf("%d blobs, %d manifests written, %d HEADs of images (want 0, 0, 2)", len(rec.BlobUploads()), len(rec.ManifestPuts()), heads(rec))
 		}
 		plan, err := Plan(ctx, dir, "default", opts...)
 		if err != nil {
@@ -329,7 +245,7 @@ func TestPushToARegistry(t *testing.T) {
 		if err := os.WriteFile(code, []byte("exports.quote = () => 2\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		reg.reset()
+		rec.Reset()
 		changed, err := Push(ctx, dir, "default", opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -339,8 +255,8 @@ func TestPushToARegistry(t *testing.T) {
 			t.Errorf("code change: %+v %+v", front, changed.Result.Images[1])
 		}
 		// the sources layer (once for both platforms), two configs; two manifests and the index
-		if reg.uploads() != 3 || reg.manifests() != 3 {
-			t.Errorf("code change: %d blobs and %d manifests written, want 3 and 3", reg.uploads(), reg.manifests())
+		if len(rec.BlobUploads()) != 3 || len(rec.ManifestPuts()) != 3 {
+			t.Errorf("code change: %d blobs and %d manifests written, want 3 and 3", len(rec.BlobUploads()), len(rec.ManifestPuts()))
 		}
 		assertComplete(t, front.Repository+":"+front.Tag)
 	})
@@ -419,19 +335,18 @@ func assertComplete(t *testing.T, ref string) {
 // An OCI layout written with no target registry in reach, then pushed from: the same digests and
 // the same kustomization as a push straight to the registry.
 func TestPushThroughAnOCILayout(t *testing.T) {
-	reg := newMemory(t)
-	pushBase(t, reg.addr+"/bases/node:test", "linux/amd64", "linux/arm64")
-	dir := copyApp(t, "pushed", reg.addr)
+	addr, rec, _ := registry(t)
+	dir := copyApp(t, "pushed", addr)
 	ctx := context.Background()
 
 	layout := filepath.Join(t.TempDir(), "layout")
-	reg.reset()
+	rec.Reset()
 	written, err := Push(ctx, dir, "default", testOptions(t, WithOCILayout(layout))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reg.uploads() != 0 || reg.manifests() != 0 || reg.count("HEAD", "/composition-") != 0 {
-		t.Errorf("the target registry was written to or asked: %d blobs, %d manifests, %d HEADs", reg.uploads(), reg.manifests(), reg.count("HEAD", "/composition-"))
+	if len(rec.BlobUploads()) != 0 || len(rec.ManifestPuts()) != 0 || heads(rec) != 0 {
+		t.Errorf("the target registry was written to or asked: %d blobs, %d manifests, %d HEADs", len(rec.BlobUploads()), len(rec.ManifestPuts()), heads(rec))
 	}
 	if written.Kustomization != LayoutKustomization(layout) {
 		t.Errorf("kustomization in %s", written.Kustomization)
@@ -472,8 +387,8 @@ func TestPushThroughAnOCILayout(t *testing.T) {
 // Output folders toa-push would refuse are refused before any work: nothing is asked of the
 // registry, nothing built.
 func TestOutputFoldersCheckedFirst(t *testing.T) {
-	reg := newMemory(t)
-	dir := copyApp(t, "pushed", reg.addr)
+	addr, rec, _ := registry(t)
+	dir := copyApp(t, "pushed", addr)
 	foreign := t.TempDir()
 	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644); err != nil {
 		t.Fatal(err)
@@ -487,12 +402,12 @@ func TestOutputFoldersCheckedFirst(t *testing.T) {
 		{"OCI layout", WithOCILayout(foreign), "is neither empty nor an OCI image layout"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			reg.reset()
+			rec.Reset()
 			_, err := Push(context.Background(), dir, "default", testOptions(t, c.opt)...)
 			if !fault.IsInput(err) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%v", err)
 			}
-			if n := reg.total(); n != 0 {
+			if n := len(rec.Requests()); n != 0 {
 				t.Errorf("%d requests before the refusal", n)
 			}
 		})
@@ -507,9 +422,8 @@ func TestOutputFoldersCheckedFirst(t *testing.T) {
 // warning that says how old they are; never reached, nothing is written and the plan fails. A
 // push never plans from the cache.
 func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
-	reg := newMemory(t)
-	pushBase(t, reg.addr+"/bases/node:test", "linux/amd64", "linux/arm64")
-	dir := copyApp(t, "pushed", reg.addr)
+	addr, _, stop := registry(t)
+	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
 	ctx := context.Background()
 	k := filepath.Join(t.TempDir(), "deployment")
@@ -518,7 +432,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	tags := kustomizationImages(t, k)
-	reg.Close()
+	stop()
 
 	var warnings []string
 	later := func() time.Time { return time.Now().Add(3 * 24 * time.Hour) }
@@ -535,7 +449,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 		t.Errorf("tags %s and %s", planned.Plan.Images[0].Tag, reached.Plan.Images[0].Tag)
 	}
 	if w := strings.Join(warnings, "\n"); !strings.Contains(w, "planned from its digests as they were 3 days ago") ||
-		!strings.Contains(w, filepath.Join(cache, "bases")) || !strings.Contains(w, "cannot connect to "+reg.addr) {
+		!strings.Contains(w, filepath.Join(cache, "bases")) || !strings.Contains(w, "cannot connect to "+addr) {
 		t.Errorf("warnings:\n%s", w)
 	}
 
@@ -543,7 +457,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 	report, err := Plan(ctx, dir, "default", testOptions(t, WithKustomization(never))...)
 	var notWritten *NotWrittenError
 	if !errors.As(err, &notWritten) || report == nil || fault.ClassOf(err) != fault.ClassFailed ||
-		!strings.Contains(err.Error(), "the tag of composition-front is not known: the base "+reg.addr+"/bases/node:test: cannot connect to") {
+		!strings.Contains(err.Error(), "the tag of composition-front is not known: the base "+addr+"/bases/node:test: cannot connect to") {
 		t.Errorf("a base never resolved: %v", err)
 	}
 	if _, err := os.Stat(never); !errors.Is(err, os.ErrNotExist) {
@@ -551,7 +465,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 	}
 
 	_, err = Push(ctx, dir, "default", testOptions(t, WithCacheDir(cache), WithKustomization(t.TempDir()))...)
-	if err == nil || !strings.Contains(err.Error(), "cannot connect to "+reg.addr) {
+	if err == nil || !strings.Contains(err.Error(), "cannot connect to "+addr) {
 		t.Errorf("a push with the base out of reach: %v", err)
 	}
 }

@@ -79,6 +79,7 @@ func TestAirGap(t *testing.T) {
 	start := time.Now()
 	first := ns.push(t, app, env, flag, "-k", filepath.Join(app, "deployment"))
 	times["1"] = time.Since(start)
+	readPushed(t, first)
 	if len(first.Images) != 2 || !first.Images[0].DepsBuilt || !first.Images[1].DepsBuilt {
 		t.Fatalf("1: %+v", first.Images)
 	}
@@ -98,12 +99,14 @@ func TestAirGap(t *testing.T) {
 	start = time.Now()
 	inLayout := ns.push(t, app, append(env, "TOA_MIRRORS=ghcr.io="+mirror.addr), "--oci-layout", layout)
 	times["2"] = time.Since(start)
+	readPushed(t, inLayout, "--oci-layout", layout)
 	sameDigests(t, "2 the layout", first, inLayout)
 	ns.restartRegistry(t, target)
 	kustomization := filepath.Join(t.TempDir(), "deployment")
 	start = time.Now()
 	fromLayout := pushFromLayout(t, layout, kustomization)
 	times["2 from"] = time.Since(start)
+	readPushed(t, fromLayout)
 	sameDigests(t, "2 pushed from the layout", first, fromLayout)
 	for _, p := range fromLayout.Images {
 		ref, _ := name.ParseReference(p.Reference, name.Insecure)
@@ -120,8 +123,10 @@ func TestAirGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	offline := ns.push(t, app, env, flag, "--oci-layout", filepath.Join(t.TempDir(), "layout"))
+	offlineLayout := filepath.Join(t.TempDir(), "layout")
+	offline := ns.push(t, app, env, flag, "--oci-layout", offlineLayout)
 	times["3"] = time.Since(start)
+	readPushed(t, offline, "--oci-layout", offlineLayout)
 	if records, _ := filepath.Glob(filepath.Join(cache, "layers", "deps", "*.json")); len(records) != 4 {
 		t.Errorf("3: npm made %d layers, want 4 (two components, two platforms)", len(records))
 	}
@@ -314,7 +319,8 @@ func (ns *netns) run(t *testing.T, dir string, env []string, args ...string) (in
 	return outcome(t, cmd)
 }
 
-// push runs toa-push -o json --insecure inside the namespace and wants it to succeed.
+// push runs toa-push -o json --insecure inside the namespace and wants it to succeed; the caller
+// reads what it pushed with readPushed, once it has timed the push.
 func (ns *netns) push(t *testing.T, dir string, env []string, args ...string) pushOutput {
 	t.Helper()
 	code, stdout, stderr := ns.run(t, dir, env, append([]string{"-o", "json", "--insecure", "--path", dir}, args...)...)
@@ -325,11 +331,11 @@ func (ns *netns) push(t *testing.T, dir string, env []string, args ...string) pu
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
-	readPushed(t, out, args...)
 	return out
 }
 
-// pushFromLayout runs toa-push --from-oci-layout outside the namespace.
+// pushFromLayout runs toa-push --from-oci-layout outside the namespace; the caller reads what it
+// pushed with readPushed.
 func pushFromLayout(t *testing.T, layout, kustomization string) pushOutput {
 	t.Helper()
 	code, stdout, stderr := run(t, t.TempDir(), "-o", "json", "--insecure", "--from-oci-layout", layout, "-k", kustomization)
@@ -340,7 +346,6 @@ func pushFromLayout(t *testing.T, layout, kustomization string) pushOutput {
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
-	readPushed(t, out)
 	return out
 }
 

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"io"
-	"log"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,14 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 // Each exit code CI acts on, through the binary, with nothing but this process around it: 0 a
@@ -37,7 +27,7 @@ func TestExitCodes(t *testing.T) {
 		stderr   string
 		within   time.Duration
 	}{
-		{name: "done", registry: memoryRegistry(t).addr, args: []string{"--plan"}, code: 0, stderr: "wrote the kustomization"},
+		{name: "done", registry: harness.MemoryRegistry(t), args: []string{"--plan"}, code: 0, stderr: "wrote the kustomization"},
 		{name: "failed", registry: refuses, code: 1, stderr: "cannot connect to " + refuses, within: 30 * time.Second},
 		{name: "bad input", registry: refuses, env: []string{"SOURCE_DATE_EPOCH=yesterday"}, code: 2, stderr: "SOURCE_DATE_EPOCH: 'yesterday' is not a time"},
 		{name: "timed out", registry: hangs, args: []string{"--resolve-timeout", "1s"}, code: 3, stderr: "no answer in time", within: 30 * time.Second},
@@ -45,7 +35,7 @@ func TestExitCodes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyApp(t, "pushed", c.registry)
 			if c.registry != refuses && c.registry != hangs {
-				pushIndex(t, c.registry+"/bases/node:test", "linux/amd64", "linux/arm64")
+				harness.PushRandomBase(t, c.registry+"/bases/node:test")
 			}
 			for _, kv := range c.env {
 				k, v, _ := strings.Cut(kv, "=")
@@ -73,28 +63,14 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// served is a registry served on loopback for the life of the test, or until it is closed.
-type served struct {
-	*httptest.Server
-	addr string // host:port
-}
-
-// memoryRegistry serves go-containerregistry's in-memory registry on loopback.
-func memoryRegistry(t *testing.T) served {
-	t.Helper()
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	return served{srv, strings.TrimPrefix(srv.URL, "http://")}
-}
-
 // --plan with the base's registry stopped: a plan made when it was in reach left its digests in
 // the cache, and the next plan uses them with a warning that says how old they are (exit 0, the
 // kustomization written with the same tags); with an empty cache the plan is printed, nothing
 // is written, and the run fails (exit 1).
 func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
-	reg := memoryRegistry(t)
-	pushIndex(t, reg.addr+"/bases/node:test", "linux/amd64", "linux/arm64")
-	dir := copyApp(t, "pushed", reg.addr)
+	addr, _, stop := harness.MemoryRegistryWithLog(t)
+	harness.PushRandomBase(t, addr+"/bases/node:test")
+	dir := copyApp(t, "pushed", addr)
 	t.Setenv("TOA_CACHE", t.TempDir())
 	plan := func(k string) (int, string, string) {
 		return run(t, dir, "--plan", "--path", dir, "-k", k, "--resolve-timeout", "5s")
@@ -103,11 +79,11 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 	if code, _, stderr := plan(online); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
-	reg.Close()
+	stop()
 
 	offline := filepath.Join(t.TempDir(), "deployment")
 	code, stdout, stderr := plan(offline)
-	if code != 0 || !strings.Contains(stderr, "cannot connect to "+reg.addr) || !strings.Contains(stderr, "planned from its digests as they were") ||
+	if code != 0 || !strings.Contains(stderr, "cannot connect to "+addr) || !strings.Contains(stderr, "planned from its digests as they were") ||
 		!strings.Contains(stdout, "composition-front") {
 		t.Errorf("exit %d:\n%s", code, stderr)
 	}
@@ -126,41 +102,6 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 	if _, err := os.Stat(never); err == nil {
 		t.Error("a kustomization without tags was written")
 	}
-}
-
-// pushIndex pushes an index of small random images, one per platform, to ref.
-func pushIndex(t *testing.T, ref string, platforms ...string) v1.ImageIndex {
-	t.Helper()
-	var adds []mutate.IndexAddendum
-	for _, p := range platforms {
-		img, err := random.Image(512, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		platform, err := v1.ParsePlatform(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg = cfg.DeepCopy()
-		cfg.OS, cfg.Architecture, cfg.Variant = platform.OS, platform.Architecture, platform.Variant
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			t.Fatal(err)
-		}
-		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: platform}})
-	}
-	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.WriteIndex(r, idx); err != nil {
-		t.Fatal(err)
-	}
-	return idx
 }
 
 // refusingAddr is a loopback address nothing listens on.

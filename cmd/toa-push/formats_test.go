@@ -124,6 +124,7 @@ func TestBaseFormats(t *testing.T) {
 			t.Errorf("umoci unpacked no arm64 esbuild from the layout: %v", err)
 		}
 		fromLayout := pushFromLayout(t, layout, filepath.Join(t.TempDir(), "deployment"))
+		readPushed(t, fromLayout)
 		sameDigests(t, "--from-oci-layout", pushedImages, fromLayout)
 
 		// the base named by a host nobody answers, read from a mirror

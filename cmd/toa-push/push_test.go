@@ -90,6 +90,25 @@ type pushRun struct {
 
 func pushed(t *testing.T, dir, cache string, extra ...string) pushRun {
 	t.Helper()
+	run := pushUnread(t, dir, cache, extra...)
+	run.reads = readPushed(t, run.out, extra...)
+	return run
+}
+
+// pushRecorded pushes as push does, and returns with the output what rec saw of the push alone:
+// from a Reset to the end of the push, before skopeo reads the images back.
+func pushRecorded(t *testing.T, rec *harness.Recorder, dir, cache string, extra ...string) (pushOutput, *harness.Recorder) {
+	t.Helper()
+	rec.Reset()
+	run := pushUnread(t, dir, cache, extra...)
+	seen := rec.Snapshot()
+	readPushed(t, run.out, extra...)
+	return run.out, seen
+}
+
+// pushUnread runs toa-push -o json; the caller reads what it pushed with readPushed.
+func pushUnread(t *testing.T, dir, cache string, extra ...string) pushRun {
+	t.Helper()
 	t.Setenv("TOA_CACHE", cache)
 	args := append([]string{"-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment")}, extra...)
 	code, stdout, stderr := run(t, dir, args...)
@@ -100,7 +119,7 @@ func pushed(t *testing.T, dir, cache string, extra ...string) pushRun {
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
 	}
-	return pushRun{out: out, reads: readPushed(t, out, extra...), stderr: stderr}
+	return pushRun{out: out, stderr: stderr}
 }
 
 // index reads an index back; the tests' registries speak plain HTTP, on loopback or in a
@@ -175,9 +194,8 @@ func TestPushEndToEnd(t *testing.T) {
 	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
 
-	rec.Reset()
-	first := push(t, dir, cache)
-	t.Logf("first push: %d requests, %d bytes sent", len(rec.Requests()), rec.BytesSent())
+	first, seen := pushRecorded(t, rec, dir, cache)
+	t.Logf("first push: %d requests, %d bytes sent", len(seen.Requests()), seen.BytesSent())
 	if len(first.Images) != 2 {
 		t.Fatalf("%d images", len(first.Images))
 	}
@@ -241,36 +259,34 @@ func TestPushEndToEnd(t *testing.T) {
 	})
 
 	t.Run("2 a second push uploads nothing", func(t *testing.T) {
-		rec.Reset()
-		again := push(t, dir, cache)
-		t.Logf("no change: %d requests, %d bytes sent", len(rec.Requests()), rec.BytesSent())
+		again, seen := pushRecorded(t, rec, dir, cache)
+		t.Logf("no change: %d requests, %d bytes sent", len(seen.Requests()), seen.BytesSent())
 		if again.Images[0].Built || again.Images[0].Digest != front.Digest {
 			t.Errorf("no-change push rebuilt: %+v", again.Images[0])
 		}
-		if n := len(rec.BlobUploads()); n != 0 {
+		if n := len(seen.BlobUploads()); n != 0 {
 			t.Errorf("%d blobs uploaded", n)
 		}
-		if n := len(rec.Filter(harness.Request.IsManifestPut)); n != 0 {
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 0 {
 			t.Errorf("%d manifests written", n)
 		}
 	})
 
 	t.Run("3 a code change uploads one sources layer, configs, manifests and the index", func(t *testing.T) {
 		appendLine(t, filepath.Join(dir, "components/shop.orders/operations.js"), "// a one-line change\n")
-		rec.Reset()
-		changed := push(t, dir, cache)
-		t.Logf("code change: %d requests, %d bytes sent, %d blob uploads, %d manifest puts", len(rec.Requests()), rec.BytesSent(),
-			len(rec.BlobUploads()), len(rec.Filter(harness.Request.IsManifestPut)))
+		changed, seen := pushRecorded(t, rec, dir, cache)
+		t.Logf("code change: %d requests, %d bytes sent, %d blob uploads, %d manifest puts", len(seen.Requests()), seen.BytesSent(),
+			len(seen.BlobUploads()), len(seen.Filter(harness.Request.IsManifestPut)))
 		if !changed.Images[0].Built || changed.Images[0].DepsBuilt || changed.Images[1].Built {
 			t.Fatalf("code change: %+v", changed.Images)
 		}
 		// the sources layer, two configs; what is attached: two SBOMs and the provenance
-		if n := len(rec.BlobUploads()); n != 3+3 {
+		if n := len(seen.BlobUploads()); n != 3+3 {
 			t.Errorf("%d blobs uploaded, want 6", n)
 		}
 		// two manifests, the index; three referrers and, Distribution 2.8 having no referrers
 		// API, the referrers tag of each subject
-		if n := len(rec.Filter(harness.Request.IsManifestPut)); n != 3+3+3 {
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 3+3+3 {
 			t.Errorf("%d manifests written, want 9", n)
 		}
 	})
@@ -285,11 +301,10 @@ func TestPushEndToEnd(t *testing.T) {
 		if out, err := lock.CombinedOutput(); err != nil {
 			t.Fatalf("update the lockfile: %v\n%s", err, out)
 		}
-		rec.Reset()
-		changed := push(t, dir, cache)
-		uploads := rec.BlobUploads()
-		t.Logf("package.json change: %d requests, %d bytes sent, %d blob uploads, %d manifest puts", len(rec.Requests()), rec.BytesSent(),
-			len(uploads), len(rec.Filter(harness.Request.IsManifestPut)))
+		changed, seen := pushRecorded(t, rec, dir, cache)
+		uploads := seen.BlobUploads()
+		t.Logf("package.json change: %d requests, %d bytes sent, %d blob uploads, %d manifest puts", len(seen.Requests()), seen.BytesSent(),
+			len(uploads), len(seen.Filter(harness.Request.IsManifestPut)))
 		if !changed.Images[0].DepsBuilt || changed.Images[1].Built {
 			t.Fatalf("package.json change: %+v", changed.Images)
 		}
@@ -300,12 +315,12 @@ func TestPushEndToEnd(t *testing.T) {
 			t.Errorf("%d blobs uploaded, want 9", n)
 		}
 		// prices' node_modules, with esbuild's binaries, are megabytes: none of them is sent again
-		if sent := rec.BytesSent(); sent > 1<<20 {
+		if sent := seen.BytesSent(); sent > 1<<20 {
 			t.Errorf("%d bytes sent: more than orders' small layers", sent)
 		}
 		// two deps manifests and their index, two manifests and the index; three referrers and
 		// their referrers tags
-		if n := len(rec.Filter(harness.Request.IsManifestPut)); n != 6+6 {
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 6+6 {
 			t.Errorf("%d manifests written, want 12", n)
 		}
 	})

@@ -15,7 +15,8 @@ import (
 // Every image a test pushes is read back by skopeo (containers/image, which podman, buildah and
 // CRI-O pull with), platform by platform, and must be OCI throughout (image/format.go): the
 // images of the output and their dependencies images in a registry, or every index of an OCI
-// layout. push, ns.push and pushFromLayout call readPushed on what they pushed.
+// layout. push calls readPushed on what it pushed; the tests that time a push (the air gap's)
+// call it after the push's timing.
 
 // readTags are the references read already: a tag names the same content for the length of a
 // test (its registry's port is its own), so it is read once.

@@ -346,9 +346,10 @@ type BundleProcess struct {
 // Podman runs the image of ref for linux/amd64 with podman (runc, storage in a temporary folder,
 // no network) and returns what it printed and its exit code. The flags are those that let a
 // container start on the machines this was written on: runc, as crun did not start one; vfs
-// storage, as overlay cannot nest in the container the tests run in; cgroupfs without systemd;
-// and ulimits below the machine's, since the tests' root lacks CAP_SYS_RESOURCE to set podman's
-// defaults (nofile and nproc of 1048576).
+// storage, which needs nothing of the kernel (overlay was not tried); cgroupfs, as no systemd
+// runs; events to a file; and ulimits below the machine's, since the tests' root lacks
+// CAP_SYS_RESOURCE and runc could not set podman's defaults for root (nofile and nproc far above
+// the machine's hard limits: "error setting rlimit type 7: operation not permitted").
 func Podman(t testing.TB, ref string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	podman := lookReader(t, "podman")
