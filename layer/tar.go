@@ -14,20 +14,27 @@ import (
 	"time"
 )
 
-// tarWriter writes a tar stream that depends only on the files' names, contents, symlink targets
-// and execute bits: every header has the same mtime, uid and gid 0 with no names, and a mode of
-// 0755 for directories and executables, 0644 for other files. Directories are written before
-// what they hold; a directory's entries in byte order of their names. The format is USTAR, or PAX
-// only where USTAR cannot hold a name or a link target.
+// tarWriter writes a tar stream that depends only on the files' names, contents, symlink targets,
+// execute bits and hard links: every header has the same mtime, uid and gid 0 with no names, and
+// a mode of 0755 for directories and executables, 0644 for other files. Directories are written
+// before what they hold; a directory's entries in byte order of their names. The format is
+// USTAR, or PAX only where USTAR cannot hold a name or a link target.
 type tarWriter struct {
 	tw      *tar.Writer
 	mtime   time.Time
 	written map[string]bool // directories already written, "a/b/" with the slash
 	buf     []byte
+	// names are the files of more than one name written so far, by inode: the first name
+	// written, which the others link to
+	names map[fileID]string
 }
 
+// fileID is a file of the machine: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
 func newTarWriter(w io.Writer, mtime time.Time) *tarWriter {
-	return &tarWriter{tw: tar.NewWriter(w), mtime: mtime, written: map[string]bool{}, buf: make([]byte, 256<<10)}
+	return &tarWriter{tw: tar.NewWriter(w), mtime: mtime, written: map[string]bool{}, buf: make([]byte, 256<<10),
+		names: map[fileID]string{}}
 }
 
 // Close writes the end of the archive.
@@ -102,8 +109,10 @@ type treeOptions struct {
 }
 
 // tree writes the folder src under the name dst: dst itself, then everything in it, recursively.
-// Symbolic links are written as links; hard links as files; sockets, pipes and devices are left
-// out.
+// Symbolic links are written as links; a file of several names (hard links, as esbuild's
+// install makes of its binary) as a file under the first name written and as hard links to it
+// under the others, as GNU tar writes them, so that its bytes are in the layer once; sockets,
+// pipes and devices are left out.
 func (w *tarWriter) tree(src, dst string, o treeOptions) error {
 	if err := w.dir(dst); err != nil {
 		return err
@@ -184,5 +193,26 @@ func (w *tarWriter) regular(from, to string) error {
 	if !info.Mode().IsRegular() { // replaced since the directory was read
 		return fmt.Errorf("%s is no longer a regular file", from)
 	}
-	return w.file(to, info.Mode().Perm()&0o111 != 0, info.Size(), f)
+	executable := info.Mode().Perm()&0o111 != 0
+	if id, links, ok := inode(info); ok && links > 1 {
+		if first, seen := w.names[id]; seen {
+			return w.hardlink(to, first, executable)
+		}
+		w.names[id] = to
+	}
+	return w.file(to, executable, info.Size(), f)
+}
+
+// hardlink writes name as a hard link to target, a file written earlier in the stream.
+func (w *tarWriter) hardlink(name, target string, executable bool) error {
+	if err := w.dir(path.Dir(name)); err != nil {
+		return err
+	}
+	mode := int64(0o644)
+	if executable {
+		mode = 0o755
+	}
+	h := w.header(tar.TypeLink, name, mode)
+	h.Linkname = target
+	return w.tw.WriteHeader(h)
 }
