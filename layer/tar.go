@@ -104,8 +104,13 @@ func (w *tarWriter) symlink(name, target string) error {
 type treeOptions struct {
 	// skip is the set of names left out at any depth, whatever their type.
 	skip map[string]bool
+	// ignore, when set, leaves out what it is true for: paths relative to the tree's root,
+	// slash-separated; a folder it leaves out is not read.
+	ignore func(rel string) bool
 	// extra are files written at the root of the tree unless the tree has a file of that name.
 	extra map[string][]byte
+	// seen, when set, is told of every file written, by its path relative to the tree's root.
+	seen func(rel string)
 }
 
 // tree writes the folder src under the name dst: dst itself, then everything in it, recursively.
@@ -117,10 +122,13 @@ func (w *tarWriter) tree(src, dst string, o treeOptions) error {
 	if err := w.dir(dst); err != nil {
 		return err
 	}
-	return w.walk(src, strings.Trim(dst, "/"), o, true)
+	return w.walk(src, strings.Trim(dst, "/"), "", o)
 }
 
-func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
+// walk writes what is in src under dst; rel is src's path relative to the tree's root, "" for the
+// root itself.
+func (w *tarWriter) walk(src, dst, rel string, o treeOptions) error {
+	root := rel == ""
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		return err
@@ -134,7 +142,7 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 	present := map[string]bool{}
 	for _, d := range entries {
 		present[d.Name()] = true
-		if !o.skip[d.Name()] {
+		if !o.skip[d.Name()] && (o.ignore == nil || !o.ignore(path.Join(rel, d.Name()))) {
 			list = append(list, entry{name: d.Name(), d: d})
 		}
 	}
@@ -160,7 +168,7 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 			if err := w.dir(to); err != nil {
 				return err
 			}
-			if err := w.walk(from, to, o, false); err != nil {
+			if err := w.walk(from, to, path.Join(rel, e.name), o); err != nil {
 				return err
 			}
 		case t&fs.ModeSymlink != 0:
@@ -174,6 +182,9 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 		case t.IsRegular():
 			if err := w.regular(from, to); err != nil {
 				return err
+			}
+			if o.seen != nil {
+				o.seen(path.Join(rel, e.name))
 			}
 		}
 	}
