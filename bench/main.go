@@ -2,7 +2,7 @@
 // machine, in one run: `make bench` runs it through testdata/bench.sh, which installs the peers
 // first. It prints Markdown tables of medians and ratios; BENCHMARKS.md keeps the latest output.
 //
-//	go run ./bench [-runs 5] [-items 1,2,3,4,5]   every benchmark
+//	go run ./bench [-runs 5] [-items 1,2,3,4,5,6] every benchmark
 //	go run ./bench serve                          a registry behind the recording proxy, with the
 //	                                              bases, until interrupted (to try things by hand)
 //
@@ -24,7 +24,7 @@ import (
 
 func main() {
 	runs := flag.Int("runs", 5, "runs of each measurement; the tables show medians")
-	items := flag.String("items", "1,2,3,4,5", "which benchmarks of issue 7 to run")
+	items := flag.String("items", "1,2,3,4,5,6", "which benchmarks to run (1-5 of issue 7, 6 of issue 15)")
 	pushRuns := flag.Int("push-runs", 3, "runs of item 1 (buildah's first push is minutes a run)")
 	peers := flag.Bool("peers", true, "measure buildah in item 1 (false: toa-push and crane alone, for a quick look)")
 	flag.Parse()
@@ -53,7 +53,7 @@ func main() {
 		item string
 		run  func() error
 	}{
-		{"1", b.pushes}, {"2", b.sourcesLayer}, {"3", b.scale}, {"4", b.memory}, {"5", b.apply},
+		{"1", b.pushes}, {"2", b.sourcesLayer}, {"3", b.scale}, {"4", b.memory}, {"5", b.apply}, {"6", b.firstPushes},
 	}
 	failed := false
 	for _, s := range steps {

@@ -17,7 +17,13 @@ const scaleCompositions = 50
 // scaleApp writes an application of 50 components, each its own (derived) composition, for
 // linux/amd64, linux/arm/v7 and linux/arm64 on the three-platform test base.
 func (b *bench) scaleApp(dir, base string) error {
-	ctx := fmt.Sprintf(`name: scale
+	return b.manyCompositions(dir, "scale", base, scaleCompositions)
+}
+
+// manyCompositions writes an application named name of n components without dependencies, each
+// its own (derived) composition, for three platforms on base, pushed to the bench's registry.
+func (b *bench) manyCompositions(dir, name, base string, n int) error {
+	ctx := fmt.Sprintf(`name: %s
 runtime: 1.0.0-alpha.289
 registry:
   base: %s
@@ -28,7 +34,7 @@ resources:
   cpu: [100m, 500m]
   memory: [128Mi, 256Mi]
 amqp: amqp://rabbitmq
-`, b.addr, base)
+`, name, b.addr, base)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -38,8 +44,8 @@ amqp: amqp://rabbitmq
 	if err := b.linkExtensions(dir); err != nil {
 		return err
 	}
-	for i := 1; i <= scaleCompositions; i++ {
-		c := filepath.Join(dir, "components", fmt.Sprintf("scale.c%02d", i))
+	for i := 1; i <= n; i++ {
+		c := filepath.Join(dir, "components", fmt.Sprintf("%s.c%02d", name, i))
 		if err := os.MkdirAll(c, 0o755); err != nil {
 			return err
 		}

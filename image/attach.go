@@ -78,10 +78,13 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 		return Sent{}, err
 	}
 	counted := d.reg.Counted()
-	err = remote.Write(r, img, counted.Options(ctx)...)
+	opts, c, err := counted.options(ctx, r)
+	if err == nil {
+		err = c.explain(remote.Write(r, img, opts...))
+	}
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err} // says why in a few words, and keeps the chain
+		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err}
 	}
 	return Sent{bytes, requests}, nil
 }
@@ -92,7 +95,7 @@ func (d *RegistryDestination) Manifest(ctx context.Context, ref string) (v1.Imag
 	if err != nil {
 		return nil, err
 	}
-	img, err := remote.Image(r, d.reg.Options(ctx)...)
+	img, err := d.reg.image(ctx, r)
 	if notFound(err) {
 		return nil, nil
 	}

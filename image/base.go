@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
@@ -149,7 +148,7 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 		b.Err = err
 		return b
 	}
-	desc, err := remote.Get(r, reg.Options(ctx)...)
+	desc, err := reg.get(ctx, r)
 	if err != nil {
 		b.Err = err
 		return b

@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
@@ -54,7 +53,7 @@ func (d *RegistryDestination) Digest(ctx context.Context, ref string) (string, e
 	if err != nil {
 		return "", err
 	}
-	desc, err := remote.Head(r, d.reg.Options(ctx)...)
+	desc, err := d.reg.head(ctx, r)
 	if notFound(err) {
 		return "", nil
 	}
@@ -70,7 +69,7 @@ func (d *RegistryDestination) Index(ctx context.Context, ref string) (v1.ImageIn
 	if err != nil {
 		return nil, err
 	}
-	idx, err := remote.Index(r, d.reg.Options(ctx)...)
+	idx, err := d.reg.index(ctx, r)
 	if notFound(err) {
 		return nil, nil
 	}
@@ -80,18 +79,19 @@ func (d *RegistryDestination) Index(ctx context.Context, ref string) (v1.ImageIn
 	return idx, nil
 }
 
-// Write pushes what the registry lacks: blobs it has are not sent again, blobs of another
-// repository of the same registry are mounted, and the tag goes last.
+// Write pushes what the registry lacks: blobs it holds are not sent again, blobs of another
+// repository of the same registry are mounted, each blob is sent once in a run, and the tag
+// goes last.
 func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent, error) {
 	r, err := d.reg.Reference(ref)
 	if err != nil {
 		return Sent{}, err
 	}
 	counted := d.reg.Counted()
-	err = remote.WriteIndex(r, idx, counted.Options(ctx)...)
+	err = counted.writeIndex(ctx, r, idx)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err} // says why in a few words, and keeps the chain
+		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err}
 	}
 	return Sent{bytes, requests}, nil
 }

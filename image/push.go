@@ -13,7 +13,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toa-deploy/toa-deploy/layer"
@@ -365,7 +364,7 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	digest := img.base.Platforms[platform]
 	ref := resolved.Context().Digest(digest)
 	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
-	base, err := remote.Image(ref, reg.Options(ctx)...)
+	base, err := reg.image(ctx, ref)
 	if err != nil {
 		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
 	}

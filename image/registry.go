@@ -10,24 +10,41 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
-// Registries is how toa-push talks to registries: credentials from Docker's config and credential
-// helpers, and the transport that --insecure and --ca-file shape. Loopback registries speak plain
-// HTTP without --insecure, as in go-containerregistry.
+// Registries is how toa-push talks to registries in one run: credentials from Docker's config
+// and credential helpers, the transport that --insecure and --ca-file shape, a stall timeout on
+// every transfer and retries with backoff. Each registry is pinged once and gets one
+// authenticated transport for the whole run, whatever repositories are read or written; what
+// the run learns of which repository holds which blob is kept per registry, so that a blob is
+// sent once and mounted everywhere else. Plain HTTP is used for loopback registries, and
+// elsewhere only with --insecure.
 type Registries struct {
-	insecure  bool
-	transport http.RoundTripper
-	keychain  authn.Keychain
-	mirrors   Mirrors
-	counter   *counter
+	insecure bool
+	creds    credentials
+	mirrors  Mirrors
+	wire     http.RoundTripper // the connection pool, under the stall guard and the counter
+	policy   retryPolicy
+	memory   string // where the blobs written are remembered across runs; "" for nowhere
+	run      *run   // shared by Counted copies
+	counter  *counter
+}
+
+// run is what a run's Registries and their Counted copies share: a client per registry.
+type run struct {
+	mu      sync.Mutex
+	clients map[string]*client
 }
 
 // RegistryOption tunes Registries.
@@ -37,9 +54,21 @@ type registryConfig struct {
 	insecure  bool
 	caFile    string
 	keychain  authn.Keychain
+	custom    bool
 	mirrors   Mirrors
-	transport http.RoundTripper
+	wrap      []func(http.RoundTripper) http.RoundTripper
+	stall     time.Duration
+	retries   int
+	backoff   time.Duration
+	notify    func(string)
+	memoryDir string
 }
+
+// Defaults of the transfer bounds (--stall-timeout, --retries).
+const (
+	DefaultStallTimeout = 60 * time.Second
+	DefaultRetries      = 5
+)
 
 // WithInsecure allows plain HTTP and certificates that do not verify.
 func WithInsecure(insecure bool) RegistryOption {
@@ -50,105 +79,116 @@ func WithInsecure(insecure bool) RegistryOption {
 func WithCAFile(file string) RegistryOption { return func(c *registryConfig) { c.caFile = file } }
 
 // WithKeychain replaces Docker's keychain.
-func WithKeychain(k authn.Keychain) RegistryOption { return func(c *registryConfig) { c.keychain = k } }
+func WithKeychain(k authn.Keychain) RegistryOption {
+	return func(c *registryConfig) { c.keychain, c.custom = k, true }
+}
 
 // WithMirrors reads bases from mirrors (--mirror, TOA_MIRRORS). Only bases are read through
 // them: the application's own images go where their references say.
 func WithMirrors(m Mirrors) RegistryOption { return func(c *registryConfig) { c.mirrors = m } }
 
-// WithTransport wraps the transport, to count requests in tests and benchmarks.
+// WithTransport wraps the connection pool, to count or disturb requests in tests and
+// benchmarks.
 func WithTransport(wrap func(http.RoundTripper) http.RoundTripper) RegistryOption {
-	return func(c *registryConfig) { c.transport = wrap(c.transport) }
+	return func(c *registryConfig) { c.wrap = append(c.wrap, wrap) }
 }
+
+// WithStallTimeout fails a transfer in which no byte moved for d (--stall-timeout); it is then
+// retried. 0 turns the guard off.
+func WithStallTimeout(d time.Duration) RegistryOption { return func(c *registryConfig) { c.stall = d } }
+
+// WithRetries is how often a failed request or blob transfer is tried again (--retries): after
+// a broken or stalled connection, or a registry's 5xx or 429.
+func WithRetries(n int) RegistryOption { return func(c *registryConfig) { c.retries = n } }
+
+// WithBackoff is the wait before the first retry; each next one doubles (with jitter) up to 30 s,
+// or is what the registry's Retry-After asks. Default 1 s.
+func WithBackoff(d time.Duration) RegistryOption { return func(c *registryConfig) { c.backoff = d } }
+
+// WithNotify is told of every retry, in a line for the user's log.
+func WithNotify(f func(string)) RegistryOption { return func(c *registryConfig) { c.notify = f } }
+
+// WithMemory keeps, under dir, which repository of each registry holds which blob this run
+// wrote, so that a later run mounts them instead of sending them again.
+func WithMemory(dir string) RegistryOption { return func(c *registryConfig) { c.memoryDir = dir } }
 
 // NewRegistries builds the registry access of one run.
 func NewRegistries(opts ...RegistryOption) (*Registries, error) {
-	cfg := &registryConfig{keychain: authn.DefaultKeychain}
-	base, err := baseTransport(cfg, opts)
+	cfg := &registryConfig{keychain: authn.DefaultKeychain, stall: DefaultStallTimeout, retries: DefaultRetries, backoff: time.Second}
+	for _, o := range opts {
+		o(cfg)
+	}
+	if cfg.retries < 0 {
+		return nil, fmt.Errorf("--retries is %d: give 0 or more", cfg.retries)
+	}
+	if cfg.stall < 0 {
+		return nil, fmt.Errorf("--stall-timeout is %s: give a positive duration, like 60s", cfg.stall)
+	}
+	pool, err := connectionPool(cfg)
 	if err != nil {
 		return nil, err
 	}
-	cfg.transport = base
-	for _, o := range opts {
-		o(cfg) // again, so that WithTransport wraps the finished base
+	var wire http.RoundTripper = pool
+	for _, w := range cfg.wrap {
+		wire = w(wire)
 	}
-	return &Registries{insecure: cfg.insecure, transport: cfg.transport, keychain: cfg.keychain, mirrors: cfg.mirrors}, nil
+	wire = &countingTransport{next: &stallTransport{next: wire, limit: cfg.stall}}
+	return &Registries{
+		insecure: cfg.insecure,
+		creds:    credentials{keychain: cfg.keychain, custom: cfg.custom},
+		mirrors:  cfg.mirrors,
+		wire:     wire,
+		policy:   retryPolicy{retries: cfg.retries, first: cfg.backoff, notify: cfg.notify},
+		memory:   cfg.memoryDir,
+		run:      &run{clients: map[string]*client{}},
+	}, nil
 }
 
-func baseTransport(cfg *registryConfig, opts []RegistryOption) (http.RoundTripper, error) {
-	probe := &registryConfig{transport: http.DefaultTransport}
-	for _, o := range opts {
-		o(probe)
-	}
+// connectionPool is the run's one http.Transport: an unreachable host fails in seconds, not
+// after the kernel's minutes; the stall guard bounds everything after the connection.
+func connectionPool(cfg *registryConfig) (*http.Transport, error) {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	// an unreachable host must fail in seconds, not after the kernel's minutes
 	t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 10 * time.Second
-	t.ResponseHeaderTimeout = 60 * time.Second
 	t.MaxIdleConnsPerHost = 16
-	if probe.caFile == "" && !probe.insecure {
+	if cfg.caFile == "" && !cfg.insecure {
 		return t, nil
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
-	if probe.caFile != "" {
-		pem, err := os.ReadFile(probe.caFile)
+	if cfg.caFile != "" {
+		pem, err := os.ReadFile(cfg.caFile)
 		if err != nil {
-			return nil, fmt.Errorf("read --ca-file %s: %w", probe.caFile, err)
+			return nil, fmt.Errorf("read --ca-file %s: %w", cfg.caFile, err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {
 			pool = x509.NewCertPool()
 		}
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", probe.caFile)
+			return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", cfg.caFile)
 		}
 		tlsConfig.RootCAs = pool
 	}
-	tlsConfig.InsecureSkipVerify = probe.insecure // the user asked for it with --insecure
+	tlsConfig.InsecureSkipVerify = cfg.insecure // the user asked for it with --insecure
 	t.TLSClientConfig = tlsConfig
 	return t, nil
 }
 
-// Counted returns a copy of r whose requests are counted, with the bytes they send.
+// Counted returns a copy of r whose requests are counted, with the bytes they send. It shares
+// r's registries: no second ping, no second login.
 func (r *Registries) Counted() *Registries {
 	c := *r
-	c.counter = &counter{next: r.transport}
-	c.transport = c.counter
+	c.counter = &counter{}
 	return &c
 }
 
 // Sent returns the bytes sent in request bodies and the number of requests made through a
-// Counted copy.
+// Counted copy, retries included.
 func (r *Registries) Sent() (bytes, requests int64) {
 	if r.counter == nil {
 		return 0, 0
 	}
 	return r.counter.bytes.Load(), r.counter.requests.Load()
-}
-
-type counter struct {
-	next     http.RoundTripper
-	bytes    atomic.Int64
-	requests atomic.Int64
-}
-
-func (c *counter) RoundTrip(req *http.Request) (*http.Response, error) {
-	c.requests.Add(1)
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body = &countingBody{ReadCloser: req.Body, n: &c.bytes}
-	}
-	return c.next.RoundTrip(req)
-}
-
-type countingBody struct {
-	io.ReadCloser
-	n *atomic.Int64
-}
-
-func (b *countingBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.n.Add(int64(n))
-	return n, err
 }
 
 // Reference parses an image reference, allowing plain HTTP under --insecure.
@@ -170,22 +210,219 @@ func (r *Registries) Source(ref string) (string, *Mirror, error) {
 	return r.mirrors.Redirect(ref)
 }
 
-// Options are the go-containerregistry options of every request of this run.
-func (r *Registries) Options(ctx context.Context) []remote.Option {
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithTransport(r.transport),
-		remote.WithAuthFromKeychain(r.keychain),
-		remote.WithRetryPredicate(retryable),
+// client is one registry in a run: pinged once, logged into once, and what the run knows of
+// its blobs.
+type client struct {
+	host string
+	reg  name.Registry
+
+	mu        sync.Mutex // held while connecting
+	connected bool
+	err       error // a failure to connect that is not the caller's context's
+
+	scheme    string            // "https", or "http" where plain HTTP is allowed and spoken
+	transport http.RoundTripper // authenticated; a transport.Wrapper, which go-containerregistry does not wrap again
+	found     found             // the credentials and where they came from
+	reached   atomic.Bool
+	noMount   atomic.Bool // the registry answered a mount with an upload: it does not mount
+	mountSeen atomic.Bool // a mount was answered: whether the registry mounts is known
+	mountTry  sync.Mutex  // held by the first mount, so that a registry that does not mount is asked once
+	blobs     *blobIndex
+	slots     chan struct{} // blob transfers at once
+}
+
+// client returns the registry's client, connecting it the first time: one ping, one login.
+func (r *Registries) client(ctx context.Context, repo name.Repository) (*client, error) {
+	r.run.mu.Lock()
+	c := r.run.clients[repo.RegistryStr()]
+	if c == nil {
+		c = &client{host: repo.RegistryStr(), reg: repo.Registry, slots: make(chan struct{}, 6)}
+		r.run.clients[c.host] = c
 	}
+	r.run.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.connected {
+		return c, nil
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	err := c.connect(ctx, r, repo)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.err = err // the same answer for every image; the caller's own deadline is not kept
+		}
+		return nil, err
+	}
+	c.connected = true
+	return c, nil
+}
+
+// connect pings the registry, finds how it wants to be spoken to (HTTPS, or plain HTTP where
+// that is allowed), and logs in with the credentials Docker's config gives for it.
+func (c *client) connect(ctx context.Context, r *Registries, repo name.Repository) error {
+	f, err := r.creds.resolve(ctx, repo)
+	if err != nil {
+		return err
+	}
+	c.found = f
+	retrying := &retryTransport{next: r.wire, policy: r.policy, reachable: c.reached.Load}
+	gated := &plainHTTPGate{next: retrying, host: c.host, allowed: r.insecure || isLoopback(c.host)}
+	challenge, err := transport.Ping(ctx, c.reg, gated)
+	if err != nil {
+		return connectError(c.host, err, r.insecure)
+	}
+	c.reached.Store(true)
+	c.scheme = "https"
+	if challenge.Insecure {
+		c.scheme = "http"
+	}
+	inner := transport.NewUserAgent(&schemeTransport{next: gated, host: c.host, scheme: c.scheme}, "toa-push")
+	token := &transport.Token{}
+	if strings.EqualFold(challenge.Scheme, "bearer") {
+		token, err = transport.Exchange(ctx, c.reg, f.auth, inner, []string{repo.Scope(transport.PullScope)}, challenge)
+		if err != nil {
+			return c.explain(err)
+		}
+	}
+	c.transport, err = transport.FromToken(c.reg, f.auth, inner, challenge, token)
+	if err != nil {
+		return err
+	}
+	c.blobs = loadBlobIndex(r.memory, c.host)
+	return nil
+}
+
+// explain turns a registry's 401 or 403 into the message that says whose credentials it
+// refused, or that there were none.
+func (c *client) explain(err error) error {
+	var terr *transport.Error
+	if err == nil || !errors.As(err, &terr) || (terr.StatusCode != http.StatusUnauthorized && terr.StatusCode != http.StatusForbidden) {
+		return err
+	}
+	var access *AccessError
+	if errors.As(err, &access) {
+		return err
+	}
+	return &AccessError{Host: c.host, Status: terr.StatusCode, Source: c.found.source, Looked: c.found.looked, Err: err}
+}
+
+// isLoopback says whether host is this machine: localhost, 127.0.0.0/8 or ::1, with any port.
+func isLoopback(host string) bool {
+	h := host
+	if hp, _, err := net.SplitHostPort(host); err == nil {
+		h = hp
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(h, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// plainHTTPGate refuses plain HTTP to a registry where it is not allowed: go-containerregistry
+// would also fall back to it for private addresses (10.0.0.0/8, ...), where a man in the middle
+// could read the credentials.
+type plainHTTPGate struct {
+	next    http.RoundTripper
+	host    string
+	allowed bool
+}
+
+// errPlainHTTP is a plain HTTP request the gate refused.
+var errPlainHTTP = errors.New("plain HTTP is not allowed for this registry")
+
+func (g *plainHTTPGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !g.allowed && req.URL.Scheme == "http" && req.URL.Host == g.host {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errPlainHTTP
+	}
+	return g.next.RoundTrip(req)
+}
+
+// schemeTransport sends every request to the registry with the scheme its ping settled on,
+// whatever scheme the reference suggested (go-containerregistry guesses plain HTTP for
+// loopback registries, which may speak TLS).
+type schemeTransport struct {
+	next   http.RoundTripper
+	host   string
+	scheme string
+}
+
+func (s *schemeTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == s.host && req.URL.Scheme != s.scheme {
+		out := *req
+		u := *req.URL
+		u.Scheme = s.scheme
+		out.URL = &u
+		req = &out
+	}
+	return s.next.RoundTrip(req)
+}
+
+// options are go-containerregistry's options for reading ref: the registry's one transport, and
+// the context with this copy's counter.
+func (r *Registries) options(ctx context.Context, ref name.Reference) ([]remote.Option, *client, error) {
+	c, err := r.client(ctx, ref.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	return []remote.Option{remote.WithContext(withCounter(ctx, r.counter)), remote.WithTransport(c.transport)}, c, nil
+}
+
+// get reads ref's manifest or index.
+func (r *Registries) get(ctx context.Context, ref name.Reference) (*remote.Descriptor, error) {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := remote.Get(ref, opts...)
+	return desc, c.explain(err)
+}
+
+// head asks for ref's descriptor with one HEAD.
+func (r *Registries) head(ctx context.Context, ref name.Reference) (*v1.Descriptor, error) {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := remote.Head(ref, opts...)
+	return desc, c.explain(err)
+}
+
+// image reads ref's image; its layers stay in the registry until they are read.
+func (r *Registries) image(ctx context.Context, ref name.Reference) (v1.Image, error) {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	img, err := remote.Image(ref, opts...)
+	return img, c.explain(err)
+}
+
+// index reads ref's index; its images stay in the registry until they are read.
+func (r *Registries) index(ctx context.Context, ref name.Reference) (v1.ImageIndex, error) {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := remote.Index(ref, opts...)
+	return idx, c.explain(err)
 }
 
 // retryable is go-containerregistry's retry predicate without the failures that retrying only
 // makes slower: a host that cannot be found or connected to (go-containerregistry retries a
 // temporary DNS failure, and a dial timeout would be waited for again), and a timeout, which
-// has already waited long enough. A connection that breaks in the middle of a transfer, and a
-// registry's 5xx and 429 answers, are retried as before (three tries, 1 s then 3 s apart).
+// has already waited long enough. A connection that breaks or stalls in the middle of a
+// transfer is retried.
 func retryable(err error) bool {
+	var stall *StallError
+	if errors.As(err, &stall) {
+		return true
+	}
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
 	}
@@ -203,4 +440,9 @@ func retryable(err error) bool {
 	}
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
+}
+
+// isRefused says whether the connection was refused: nothing listens there (now).
+func isRefused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
 }

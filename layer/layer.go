@@ -245,6 +245,10 @@ func (l *fileLayer) MediaType() (types.MediaType, error)  { return l.mediaType, 
 func (l *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
 func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return gunzip(l.path) }
 
+// CachedFile is the layer's file in the cache, for a message that names it when its bytes turn
+// out damaged (the image package removes it then, so that the next run builds it anew).
+func (l *fileLayer) CachedFile() string { return l.path }
+
 func gunzip(path string) (io.ReadCloser, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -307,6 +311,14 @@ func (l *lazyLayer) Size() (int64, error) {
 }
 
 func (l *lazyLayer) MediaType() (types.MediaType, error) { return l.mediaType, nil }
+
+// CachedFile is the file the layer was written to, or "" before it is written.
+func (l *lazyLayer) CachedFile() string {
+	if fl, err := l.get(); err == nil {
+		return fl.path
+	}
+	return ""
+}
 
 func (l *lazyLayer) Compressed() (io.ReadCloser, error) {
 	fl, err := l.get()

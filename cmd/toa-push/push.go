@@ -14,28 +14,40 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/pipeline"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 type pushCommand struct {
-	Env           string        `arg:"" optional:"" name:"ENV" help:"Environment, as Toa's 'toa deploy [environment]'; a chain like staging:production is allowed. Default: TOA_ENV, else 'default'."`
-	Path          string        `name:"path" short:"p" default:"." placeholder:"DIR" help:"The context's folder (the one with context.toa.yaml)."`
-	Plan          bool          `name:"plan" help:"Print what would be built, and build and push nothing."`
-	Kustomization string        `name:"kustomization" short:"k" placeholder:"DIR" help:"Where the kustomization goes. Default: deployment; with --oci-layout, DIR/kustomization."`
-	Output        cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
-	Mono          bool          `name:"mono" help:"One 'mono' image and deployment, as Toa's --mono."`
-	Insecure      bool          `name:"insecure" help:"Allow registries with plain HTTP or certificates that do not verify."`
-	CAFile        string        `name:"ca-file" type:"existingfile" placeholder:"FILE" help:"Trust this CA for registries."`
-	Timeout       time.Duration `name:"resolve-timeout" default:"20s" help:"How long resolving a base may take."`
-	Mirror        []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
-	OCILayout     string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
-	FromOCILayout string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
-	Verbose       bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+	Env            string        `arg:"" optional:"" name:"ENV" help:"Environment, as Toa's 'toa deploy [environment]'; a chain like staging:production is allowed. Default: TOA_ENV, else 'default'."`
+	Path           string        `name:"path" short:"p" default:"." placeholder:"DIR" help:"The context's folder (the one with context.toa.yaml)."`
+	Plan           bool          `name:"plan" help:"Print what would be built, and build and push nothing."`
+	Kustomization  string        `name:"kustomization" short:"k" placeholder:"DIR" help:"Where the kustomization goes. Default: deployment; with --oci-layout, DIR/kustomization."`
+	Output         cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
+	Mono           bool          `name:"mono" help:"One 'mono' image and deployment, as Toa's --mono."`
+	Insecure       bool          `name:"insecure" help:"Allow registries with plain HTTP or certificates that do not verify."`
+	CAFile         string        `name:"ca-file" type:"existingfile" placeholder:"FILE" help:"Trust this CA for registries."`
+	ResolveTimeout time.Duration `name:"resolve-timeout" default:"20s" help:"How long resolving a base may take."`
+	Timeout        time.Duration `name:"timeout" default:"1h" help:"How long the whole run may take (a Go duration: 30m, 1h30m); past it toa-push stops, leaves no tag on an unfinished image, and exits 3."`
+	StallTimeout   time.Duration `name:"stall-timeout" default:"60s" help:"How long a transfer may move no byte before it fails and is retried."`
+	Retries        int           `name:"retries" default:"5" help:"How often a failed request or blob transfer is tried again (a broken or stalled connection, a registry's 5xx or 429), with jittered exponential backoff that honours Retry-After."`
+	Mirror         []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
+	OCILayout      string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
+	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
+	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 }
 
 // Validate refuses flags that cannot go together, before any work.
 func (c *pushCommand) Validate() error {
+	switch {
+	case c.Timeout <= 0:
+		return fmt.Errorf("--timeout is %s: give a positive duration, like 30m", c.Timeout)
+	case c.StallTimeout <= 0:
+		return fmt.Errorf("--stall-timeout is %s: give a positive duration, like 60s", c.StallTimeout)
+	case c.Retries < 0:
+		return fmt.Errorf("--retries is %d: give 0 or more", c.Retries)
+	}
 	if c.FromOCILayout == "" {
 		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
 			return fmt.Errorf("--kustomization cannot be the --oci-layout folder itself: leave it out (the kustomization goes to %s)", filepath.Join(c.OCILayout, "kustomization"))
@@ -71,7 +83,18 @@ func (c *pushCommand) environment() string {
 	return "default"
 }
 
+// Run runs the push under --timeout: running out of it exits 3, saying what was being done.
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	err := c.run(ctx, log)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fault.TimedOut(fmt.Errorf("toa-push ran out of time (--timeout %s): %w", c.Timeout, err))
+	}
+	return err
+}
+
+func (c *pushCommand) run(ctx context.Context, log *logrus.Logger) error {
 	display := cli.NewDisplay(os.Stderr)
 	opts, err := c.options(log, display)
 	if err != nil {
@@ -114,7 +137,12 @@ func (c *pushCommand) plan(ctx context.Context, opts []pipeline.Option) error {
 
 // options turn the flags into the pipeline's options.
 func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipeline.Option, error) {
-	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile)}
+	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile),
+		image.WithStallTimeout(c.StallTimeout), image.WithRetries(c.Retries),
+		image.WithNotify(func(s string) { display.Print("warning: " + s) })}
+	if dir, err := layer.DefaultCacheDir(); err == nil {
+		regOpts = append(regOpts, image.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
+	}
 	if c.FromOCILayout == "" {
 		mirrors, err := c.mirrors()
 		if err != nil {
@@ -131,7 +159,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 		pipeline.WithMono(c.Mono),
 		pipeline.WithKustomization(c.Kustomization),
 		pipeline.WithOCILayout(c.OCILayout),
-		pipeline.WithResolveTimeout(c.Timeout),
+		pipeline.WithResolveTimeout(c.ResolveTimeout),
 		pipeline.WithLogger(log),
 		pipeline.WithWarnings(func(w string) { display.Print("warning: " + w) }),
 		pipeline.WithEvents(func(e image.Event) { display.Set(e.Image, e.Message) }),

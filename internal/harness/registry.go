@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -57,17 +58,37 @@ func Registry(t testing.TB) string {
 // startRegistry starts one registry with its storage and log under dir and waits for it. On
 // success the test's cleanup stops it; on failure it is already stopped.
 func startRegistry(t testing.TB, bin, dir string) (string, error) {
-	addr, err := freeLoopbackAddr()
+	addr, stop, err := startRegistryProcess(bin, dir)
 	if err != nil {
 		return "", err
 	}
+	logPath := filepath.Join(dir, "registry.log")
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			if s := registryLogTail(logPath, 4000); s != "" {
+				t.Logf("registry %s log:\n%s", addr, s)
+			}
+		}
+	})
+	return addr, nil
+}
+
+// startRegistryProcess starts one registry on a free port with its storage and log under dir
+// (the storage of an earlier one there is kept), waits for it, and returns its address and how
+// to stop it. On failure it is already stopped.
+func startRegistryProcess(bin, dir string) (string, func(), error) {
+	addr, err := freeLoopbackAddr()
+	if err != nil {
+		return "", nil, err
+	}
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	storage := filepath.Join(dir, "storage")
 	if err := os.MkdirAll(storage, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	config := filepath.Join(dir, "config.yml")
 	// Distribution's own defaults, but for what a test needs: loopback, temporary storage,
@@ -91,13 +112,18 @@ http:
   addr: %s
   secret: %s
 `, storage, addr, hex.EncodeToString(secret))
+	scheme := "http"
+	if cert := filepath.Join(dir, "tls.crt"); fileExists(cert) { // TLSRegistry put a certificate there
+		yml += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", cert, filepath.Join(dir, "tls.key"))
+		scheme = "https"
+	}
 	if err := os.WriteFile(config, []byte(yml), 0o644); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	logPath := filepath.Join(dir, "registry.log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer log.Close()
 
@@ -105,33 +131,28 @@ http:
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test binary
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%s serve: %w", bin, err)
+		return "", nil, fmt.Errorf("%s serve: %w", bin, err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
 	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
 	}
 
-	if err := waitForRegistry(addr, exited); err != nil {
+	if err := waitForRegistry(scheme, addr, exited); err != nil {
 		stop()
-		return "", fmt.Errorf("%w; its log (%s):\n%s", err, logPath, registryLogTail(logPath, 2000))
+		return "", nil, fmt.Errorf("%w; its log (%s):\n%s", err, logPath, registryLogTail(logPath, 2000))
 	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			if s := registryLogTail(logPath, 4000); s != "" {
-				t.Logf("registry %s log:\n%s", addr, s)
-			}
-		}
-	})
-	return addr, nil
+	return addr, stop, nil
 }
 
 // freeLoopbackAddr returns a 127.0.0.1 address whose port was free a moment ago.
@@ -145,11 +166,12 @@ func freeLoopbackAddr() (string, error) {
 }
 
 // waitForRegistry polls GET /v2/ until it answers 200, the process exits, or 30 s pass.
-func waitForRegistry(addr string, exited <-chan error) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+func waitForRegistry(scheme, addr string, exited <-chan error) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // is it up, not whom to trust
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := client.Get("http://" + addr + "/v2/")
+		resp, err := client.Get(scheme + "://" + addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -405,3 +427,8 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // Unwrap lets http.ResponseController (which the proxy flushes through) reach the real writer.
 func (w *countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func fileExists(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && !info.IsDir()
+}

@@ -1,0 +1,73 @@
+package harness
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TLSRegistry starts a registry as Registry does, but speaking HTTPS on 127.0.0.1 with a
+// certificate of its own that no system trusts, and returns its address and the PEM file of that
+// certificate (what a user gives toa-push with --ca-file).
+func TLSRegistry(t testing.TB) (addr, caFile string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs a real registry")
+	}
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
+	}
+	dir := t.TempDir()
+	caFile = filepath.Join(dir, "tls.crt")
+	if err := selfSigned(caFile, filepath.Join(dir, "tls.key")); err != nil {
+		t.Fatal(err)
+	}
+	addr, err = startRegistry(t, bin, dir)
+	if err != nil {
+		t.Fatalf("start the registry: %v", err)
+	}
+	return addr, caFile
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and localhost that signs itself, and its key.
+func selfSigned(certFile, keyFile string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "toa-deploy test registry"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+}
