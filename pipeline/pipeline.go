@@ -16,6 +16,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 )
@@ -42,10 +43,19 @@ type options struct {
 	jobs           int
 	now            func() time.Time
 	planning       bool // Plan: a base out of reach is planned from the cache
+	sbom           attest.Format
+	signer         *attest.Signer
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.
 func WithMono(mono bool) Option { return func(o *options) { o.mono = mono } }
+
+// WithAttestation attaches to every image Push builds an SBOM per platform in format and
+// provenance (attest.None: neither), and, with a signer, cosign signatures of the images and of
+// what is attached. Without it nothing is attached.
+func WithAttestation(format attest.Format, signer *attest.Signer) Option {
+	return func(o *options) { o.sbom, o.signer = format, signer }
+}
 
 // WithKustomization sets the folder the kustomization goes to. Default: DefaultKustomization,
 // or, with WithOCILayout, the layout's kustomization folder.
@@ -92,7 +102,7 @@ func WithJobs(n int) Option { return func(o *options) { o.jobs = n } }
 func withClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 func newOptions(opts []Option) (*options, error) {
-	o := &options{resolveTimeout: 20 * time.Second, now: time.Now}
+	o := &options{resolveTimeout: 20 * time.Second, now: time.Now, sbom: attest.None}
 	for _, opt := range opts {
 		opt(o)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/manifest"
@@ -53,6 +54,7 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 		CacheDir:    o.cacheDir,
 		Epoch:       p.epoch,
 		Events:      o.events,
+		Attach:      o.attacher(p),
 	})
 	if err != nil {
 		return nil, err
@@ -63,6 +65,16 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 	}
 	o.log.Debugf("wrote the kustomization to %s", dir)
 	return &Report{Context: p.App.Name, Environment: p.App.Environment, Result: result, Kustomization: dir, Layout: o.ociLayout}, nil
+}
+
+// attacher attaches what WithAttestation asks for to the images of p, or nothing.
+func (o *options) attacher(p *Planned) image.Attacher {
+	if o.sbom == attest.None && o.signer == nil {
+		return nil
+	}
+	return attest.Attacher(attest.Options{Format: o.sbom, Signer: o.signer, Builder: attest.ToaPush(),
+		Context: p.App.Name, Environment: p.App.Environment, Runtime: p.App.Runtime.Version,
+		Node: p.toolchain.Node, Npm: p.toolchain.Npm, Created: p.epoch})
 }
 
 // Plan plans every image of the application, asks the destination which it has, and writes the

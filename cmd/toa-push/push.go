@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
@@ -35,6 +36,8 @@ type pushCommand struct {
 	Mirror         []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
 	OCILayout      string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
 	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
+	SBOM           string        `name:"sbom" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
+	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 }
 
@@ -55,7 +58,7 @@ func (c *pushCommand) Validate() error {
 		return nil
 	}
 	for flag, set := range map[string]bool{"environment argument": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
-		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0} {
+		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0, "--sbom " + c.SBOM: c.SBOM != string(attest.SPDX), "--sign-key": c.SignKey != ""} {
 		if set {
 			return fmt.Errorf("--from-oci-layout pushes the layout as --oci-layout wrote it, and takes no %s: give those where the layout is written", flag)
 		}
@@ -167,7 +170,24 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 	if c.Verbose {
 		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
 	}
+	if c.FromOCILayout == "" && !c.Plan {
+		attestation, err := c.attestation()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, attestation)
+	}
 	return opts, nil
+}
+
+// attestation is what --sbom and --sign-key (or TOA_SIGN_KEY) ask to attach; the key is read
+// before any work, so that a bad one fails at once.
+func (c *pushCommand) attestation() (pipeline.Option, error) {
+	signer, err := attest.LoadKey(c.SignKey, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.WithAttestation(attest.Format(c.SBOM), signer), nil
 }
 
 // explain says so when ENV looks like the folder the user meant.

@@ -280,11 +280,14 @@ func TestPushEndToEnd(t *testing.T) {
 		if !changed.Images[0].Built || changed.Images[0].DepsBuilt || changed.Images[1].Built {
 			t.Fatalf("code change: %+v", changed.Images)
 		}
-		if n := len(seen.BlobUploads()); n != 3 { // the sources layer, two configs
-			t.Errorf("%d blobs uploaded, want 3", n)
+		// the sources layer, two configs; what is attached: two SBOMs and the provenance
+		if n := len(seen.BlobUploads()); n != 3+3 {
+			t.Errorf("%d blobs uploaded, want 6", n)
 		}
-		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 3 { // two manifests, the index
-			t.Errorf("%d manifests written, want 3", n)
+		// two manifests, the index; three referrers and, Distribution 2.8 having no referrers
+		// API, the referrers tag of each subject
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 3+3+3 {
+			t.Errorf("%d manifests written, want 9", n)
 		}
 	})
 
@@ -306,17 +309,19 @@ func TestPushEndToEnd(t *testing.T) {
 			t.Fatalf("package.json change: %+v", changed.Images)
 		}
 		// orders' node_modules (is-number has no platform of its own, so both platforms' layers
-		// are one blob), orders' sources, two deps configs and two configs
-		if n := len(uploads); n != 6 {
-			t.Errorf("%d blobs uploaded, want 6", n)
+		// are one blob), orders' sources, two deps configs and two configs; two SBOMs and the
+		// provenance
+		if n := len(uploads); n != 6+3 {
+			t.Errorf("%d blobs uploaded, want 9", n)
 		}
 		// prices' node_modules, with esbuild's binaries, are megabytes: none of them is sent again
 		if sent := seen.BytesSent(); sent > 1<<20 {
 			t.Errorf("%d bytes sent: more than orders' small layers", sent)
 		}
-		// two deps manifests and their index, two manifests and the index
-		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 6 {
-			t.Errorf("%d manifests written, want 6", n)
+		// two deps manifests and their index, two manifests and the index; three referrers and
+		// their referrers tags
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 6+6 {
+			t.Errorf("%d manifests written, want 12", n)
 		}
 	})
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/toa-deploy/toa-deploy/image"
@@ -53,7 +54,7 @@ func writePushText(w io.Writer, o *pipeline.Report) error {
 		case p.Copied:
 			what = "pushed from the layout"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s, %s %s\n", p.Name, p.Reference(), what, humanBytes(p.BytesSent), sent)
+		fmt.Fprintf(tw, "%s\t%s\t%s, %s %s%s\n", p.Name, p.Reference(), what, humanBytes(p.BytesSent), sent, attached(p.Attachments))
 		total += p.BytesSent
 	}
 	if err := tw.Flush(); err != nil {
@@ -65,6 +66,28 @@ func writePushText(w io.Writer, o *pipeline.Report) error {
 	}
 	_, err := fmt.Fprintf(w, "%s %s in all%s; the kustomization is in %s\n", humanBytes(total), sent, where, o.Kustomization)
 	return err
+}
+
+// attached says what was attached to an image: ", with 2 SBOMs, provenance, 6 signatures".
+func attached(list []image.Attachment) string {
+	count := map[string]int{}
+	for _, a := range list {
+		count[a.Kind]++
+	}
+	var parts []string
+	for _, k := range []struct{ kind, one, many string }{{"sbom", "an SBOM", "%d SBOMs"}, {"provenance", "provenance", "provenance ×%d"},
+		{"signature", "a signature", "%d signatures"}, {"referrer", "a referrer", "%d referrers"}} {
+		switch n := count[k.kind]; {
+		case n == 1:
+			parts = append(parts, k.one)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf(k.many, n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", with " + strings.Join(parts, ", ")
 }
 
 func humanBytes(n int64) string {
