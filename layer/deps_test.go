@@ -132,6 +132,14 @@ func TestDependenciesOfPlatforms(t *testing.T) {
 			if e := find(list, base+"toa-test-local"); e != nil && e.Typeflag == tar.TypeSymlink {
 				t.Errorf("toa-test-local is a link to %s", e.Linkname)
 			}
+			// esbuild's install, run for the runner's own platform, hard-links its binary into
+			// esbuild/bin: the layer holds its bytes once
+			if c.component == "esbuild" && c.platform == amd64 {
+				binary, link := find(list, base+"@esbuild/linux-x64/bin/esbuild"), find(list, base+"esbuild/bin/esbuild")
+				if binary == nil || binary.Typeflag != tar.TypeReg || link == nil || link.Typeflag != tar.TypeLink || link.Linkname != binary.Name {
+					t.Errorf("esbuild's binary and its hard link: %+v, %+v", binary, link)
+				}
+			}
 		})
 	}
 }

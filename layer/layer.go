@@ -438,7 +438,32 @@ func (o *options) lookup(kind, key string) *fileLayer {
 	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
 		return nil
 	}
+	// a byte changed on the disk would be pushed as it is, and every registry would refuse the
+	// blob (DIGEST_INVALID) on every run: the bytes are checked before they are used
+	if err := verify(l.path, digest); err != nil {
+		os.Remove(l.path)
+		os.Remove(o.recordPath(kind, key))
+		o.warn(fmt.Sprintf("the cache %s held a damaged layer (%v): it is removed, and the layer made again", o.layersDir(), err))
+		return nil
+	}
 	return l
+}
+
+// verify checks that the file's bytes are the digest's.
+func verify(path string, digest v1.Hash) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != digest.Hex {
+		return fmt.Errorf("%s is sha256:%s, not its name's %s", filepath.Base(path), got, digest)
+	}
+	return nil
 }
 
 // keep records l under key.
@@ -448,9 +473,21 @@ func (o *options) keep(kind, key string, l *fileLayer) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	tmp := path + ".partial-" + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	// written whole beside it and renamed over it: a run that stops, or another one at once,
+	// never leaves a record half written
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

@@ -301,7 +301,8 @@ type keyHash struct{ h hash.Hash }
 
 func newKey(kind string) *keyHash {
 	k := &keyHash{h: sha256.New()}
-	k.field("toa-deploy layer", kind+" 1")
+	// 2: hard links are written as links; a layer kept under a key of 1 holds their files twice
+	k.field("toa-deploy layer", kind+" 2")
 	return k
 }
 

@@ -3,12 +3,14 @@ package layer
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -20,8 +22,10 @@ const Root = "composition"
 var excluded = map[string]bool{"node_modules": true, ".git": true, ".npmrc": true}
 
 // Sources is the layer of one component's sources: its folder as /composition/<label>/, without
-// node_modules, .git and .npmrc at any depth, with the package.json Toa declares (c.Declared())
-// when the component has none. The layer is written when one of its methods is first called,
+// node_modules, .git and .npmrc at any depth nor what its manifest's `ignore` leaves out
+// (c.Ignore), with the package.json Toa declares (c.Declared()) when the component has none.
+// Files whose names usually hold secrets (.env, private keys) that go into it are named in a
+// warning (WithWarnings). The layer is written when one of its methods is first called,
 // into the cache (WithCacheDir), in one pass; the methods return the error of that pass. The
 // bytes depend only on the files' names, contents, symlink targets and execute bits, the
 // component's label and the epoch (WithEpoch, SOURCE_DATE_EPOCH): the same in any folder.
@@ -65,17 +69,58 @@ func SourcesOf(components []*toa.Component, opts ...Option) (v1.Layer, error) {
 	return &lazyLayer{mediaType: o.mediaType, write: func() (*fileLayer, error) {
 		return o.writeLayer(func(w *tarWriter) error {
 			for _, c := range sorted {
-				tree := treeOptions{skip: excluded}
+				var secrets []string
+				tree := treeOptions{skip: excluded, ignore: c.Ignore.Match, seen: func(rel string) {
+					if secretName(path.Base(rel)) {
+						secrets = append(secrets, rel)
+					}
+				}}
 				if c.PackageJSON == "" {
 					tree.extra = map[string][]byte{"package.json": c.Declared()}
 				}
 				if err := w.tree(c.Path, Root+"/"+c.Locator.Label, tree); err != nil {
 					return fmt.Errorf("write the sources of %s: %w", c.Locator.ID, err)
 				}
+				if len(secrets) > 0 {
+					o.warn(fmt.Sprintf("%s: %s %s in its sources and go into its image; files of these names usually hold secrets: list them under `ignore:` in %s to leave them out, or remove them",
+						c.Locator.ID, strings.Join(secrets, ", "), plural(len(secrets), "is", "are"), fault.DisplayPath(c.Manifest)))
+				}
 			}
 			return nil
 		})
 	}}, nil
+}
+
+// secretName says whether a file's name is one that usually holds a secret: dotenv files (.env,
+// .env.production; not the .example, .sample and .template ones that document them), private
+// keys and keystores, and credential files.
+func secretName(name string) bool {
+	lower := strings.ToLower(name)
+	if lower == ".env" || strings.HasPrefix(lower, ".env.") {
+		for _, doc := range []string{".example", ".sample", ".template", ".dist", ".defaults"} {
+			if strings.HasSuffix(lower, doc) {
+				return false
+			}
+		}
+		return true
+	}
+	switch lower {
+	case "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", ".netrc", ".pgpass", ".htpasswd":
+		return true
+	}
+	for _, ext := range []string{".pem", ".key", ".p12", ".pfx", ".jks", ".keystore"} {
+		if strings.HasSuffix(lower, ext) {
+			return true
+		}
+	}
+	return false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // checkLabel refuses a component whose label is not one folder name.

@@ -14,20 +14,27 @@ import (
 	"time"
 )
 
-// tarWriter writes a tar stream that depends only on the files' names, contents, symlink targets
-// and execute bits: every header has the same mtime, uid and gid 0 with no names, and a mode of
-// 0755 for directories and executables, 0644 for other files. Directories are written before
-// what they hold; a directory's entries in byte order of their names. The format is USTAR, or PAX
-// only where USTAR cannot hold a name or a link target.
+// tarWriter writes a tar stream that depends only on the files' names, contents, symlink targets,
+// execute bits and hard links: every header has the same mtime, uid and gid 0 with no names, and
+// a mode of 0755 for directories and executables, 0644 for other files. Directories are written
+// before what they hold; a directory's entries in byte order of their names. The format is
+// USTAR, or PAX only where USTAR cannot hold a name or a link target.
 type tarWriter struct {
 	tw      *tar.Writer
 	mtime   time.Time
 	written map[string]bool // directories already written, "a/b/" with the slash
 	buf     []byte
+	// names are the files of more than one name written so far, by inode: the first name
+	// written, which the others link to
+	names map[fileID]string
 }
 
+// fileID is a file of the machine: its device and inode.
+type fileID struct{ dev, ino uint64 }
+
 func newTarWriter(w io.Writer, mtime time.Time) *tarWriter {
-	return &tarWriter{tw: tar.NewWriter(w), mtime: mtime, written: map[string]bool{}, buf: make([]byte, 256<<10)}
+	return &tarWriter{tw: tar.NewWriter(w), mtime: mtime, written: map[string]bool{}, buf: make([]byte, 256<<10),
+		names: map[fileID]string{}}
 }
 
 // Close writes the end of the archive.
@@ -97,21 +104,31 @@ func (w *tarWriter) symlink(name, target string) error {
 type treeOptions struct {
 	// skip is the set of names left out at any depth, whatever their type.
 	skip map[string]bool
+	// ignore, when set, leaves out what it is true for: paths relative to the tree's root,
+	// slash-separated; a folder it leaves out is not read.
+	ignore func(rel string) bool
 	// extra are files written at the root of the tree unless the tree has a file of that name.
 	extra map[string][]byte
+	// seen, when set, is told of every file written, by its path relative to the tree's root.
+	seen func(rel string)
 }
 
 // tree writes the folder src under the name dst: dst itself, then everything in it, recursively.
-// Symbolic links are written as links; hard links as files; sockets, pipes and devices are left
-// out.
+// Symbolic links are written as links; a file of several names (hard links, as esbuild's
+// install makes of its binary) as a file under the first name written and as hard links to it
+// under the others, as GNU tar writes them, so that its bytes are in the layer once; sockets,
+// pipes and devices are left out.
 func (w *tarWriter) tree(src, dst string, o treeOptions) error {
 	if err := w.dir(dst); err != nil {
 		return err
 	}
-	return w.walk(src, strings.Trim(dst, "/"), o, true)
+	return w.walk(src, strings.Trim(dst, "/"), "", o)
 }
 
-func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
+// walk writes what is in src under dst; rel is src's path relative to the tree's root, "" for the
+// root itself.
+func (w *tarWriter) walk(src, dst, rel string, o treeOptions) error {
+	root := rel == ""
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		return err
@@ -125,7 +142,7 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 	present := map[string]bool{}
 	for _, d := range entries {
 		present[d.Name()] = true
-		if !o.skip[d.Name()] {
+		if !o.skip[d.Name()] && (o.ignore == nil || !o.ignore(path.Join(rel, d.Name()))) {
 			list = append(list, entry{name: d.Name(), d: d})
 		}
 	}
@@ -151,7 +168,7 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 			if err := w.dir(to); err != nil {
 				return err
 			}
-			if err := w.walk(from, to, o, false); err != nil {
+			if err := w.walk(from, to, path.Join(rel, e.name), o); err != nil {
 				return err
 			}
 		case t&fs.ModeSymlink != 0:
@@ -165,6 +182,9 @@ func (w *tarWriter) walk(src, dst string, o treeOptions, root bool) error {
 		case t.IsRegular():
 			if err := w.regular(from, to); err != nil {
 				return err
+			}
+			if o.seen != nil {
+				o.seen(path.Join(rel, e.name))
 			}
 		}
 	}
@@ -184,5 +204,26 @@ func (w *tarWriter) regular(from, to string) error {
 	if !info.Mode().IsRegular() { // replaced since the directory was read
 		return fmt.Errorf("%s is no longer a regular file", from)
 	}
-	return w.file(to, info.Mode().Perm()&0o111 != 0, info.Size(), f)
+	executable := info.Mode().Perm()&0o111 != 0
+	if id, links, ok := inode(info); ok && links > 1 {
+		if first, seen := w.names[id]; seen {
+			return w.hardlink(to, first, executable)
+		}
+		w.names[id] = to
+	}
+	return w.file(to, executable, info.Size(), f)
+}
+
+// hardlink writes name as a hard link to target, a file written earlier in the stream.
+func (w *tarWriter) hardlink(name, target string, executable bool) error {
+	if err := w.dir(path.Dir(name)); err != nil {
+		return err
+	}
+	mode := int64(0o644)
+	if executable {
+		mode = 0o755
+	}
+	h := w.header(tar.TypeLink, name, mode)
+	h.Linkname = target
+	return w.tw.WriteHeader(h)
 }

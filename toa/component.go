@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bmatcuk/doublestar/v4"
+
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
@@ -26,6 +28,8 @@ type Component struct {
 	VersionDeclared bool
 
 	Build ComponentBuild
+	// Ignore are the manifest's `ignore` patterns: files left out of its image and its version.
+	Ignore Ignore
 
 	// Extensions are the manifest's extension sections by package name: `exposition: ...` and
 	// `extensions: {'@toa.io/extensions.exposition': ...}` alike.
@@ -131,6 +135,9 @@ func loadComponent(dir string) (*Component, error) {
 		return nil, err
 	}
 	if err := c.readConnectors(m); err != nil {
+		return nil, err
+	}
+	if err := c.readIgnore(m); err != nil {
 		return nil, err
 	}
 	if err := c.readPackage(); err != nil {
@@ -268,7 +275,7 @@ func (c *Component) readVersion(m field) error {
 		c.Version, c.VersionDeclared = v, true
 		return nil
 	}
-	v, err := HashFiles(c.Path)
+	v, err := HashFilesIgnoring(c.Path, c.Ignore)
 	if err != nil {
 		return fmt.Errorf("hash the files of component %s: %w", c.Locator.ID, err)
 	}
@@ -325,4 +332,31 @@ func moduleType(dir string) (string, error) {
 		return "commonjs", nil
 	}
 	return "commonjs", nil
+}
+
+// readIgnore reads `ignore`, a list of patterns (see Ignore). A `!pattern`, which in Toa puts
+// back one of its bridge's own exclusions, is refused: toa-push's (node_modules, .git, .npmrc)
+// are not to be shipped, and anything else is shipped unless a pattern leaves it out.
+func (c *Component) readIgnore(m field) error {
+	f, ok := m.child("ignore")
+	if !ok || f.isNull() {
+		return nil
+	}
+	const hint = "list patterns of files to leave out of the image, like `ignore: [.env, 'test/**', '*.log']`"
+	patterns, err := f.strings(0, false, hint)
+	if err != nil {
+		return err
+	}
+	for i, p := range patterns {
+		item := f.item(i)
+		switch {
+		case strings.HasPrefix(p, "!"):
+			return item.fail("remove it: toa-push leaves node_modules, .git and .npmrc out of every image, and ships everything else a pattern does not leave out",
+				"'%s' would put back a file toa-push leaves out", p)
+		case p == "" || !doublestar.ValidatePattern(p):
+			return item.fail(hint, "'%s' is not a pattern", p)
+		}
+	}
+	c.Ignore = patterns
+	return nil
 }

@@ -17,8 +17,11 @@ import (
 // links are not followed), as slash-separated relative paths sorted as JavaScript sorts strings,
 // folded as sha256(path ‖ sha256(bytes)) and cut to 8 hex digits. The same files give the same
 // version in any folder on any machine; a changed byte or name gives another.
-func HashFiles(dir string) (string, error) {
-	files, err := listFiles(dir)
+func HashFiles(dir string) (string, error) { return HashFilesIgnoring(dir, nil) }
+
+// HashFilesIgnoring is HashFiles without the files ignore leaves out.
+func HashFilesIgnoring(dir string, ignore Ignore) (string, error) {
+	files, err := listFiles(dir, ignore)
 	if err != nil {
 		return "", err
 	}
@@ -35,7 +38,7 @@ func HashFiles(dir string) (string, error) {
 	return hex.EncodeToString(fold.Sum(nil))[:8], nil
 }
 
-func listFiles(dir string) ([]string, error) {
+func listFiles(dir string, ignore Ignore) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -47,12 +50,18 @@ func listFiles(dir string) ([]string, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
 		rel, err := filepath.Rel(dir, path)
 		if err != nil {
 			return err
+		}
+		if path != dir && ignore.Match(filepath.ToSlash(rel)) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
 		}
 		files = append(files, filepath.ToSlash(rel))
 		return nil
