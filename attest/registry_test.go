@@ -500,6 +500,16 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		t.Fatal("writing the layout pushed to the target registry")
 	}
 
+	// someone else signed the index on the target already: their signature stays beside ours
+	other, otherPub := signingKey(t)
+	theirs, err := other.SignatureImage(nil, img.Repository, img.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(mustRef(t, img.Repository+":"+strings.Replace(img.Digest, ":", "-", 1)+".sig"), theirs, remote.WithContext(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+
 	reg, err := image.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
@@ -521,6 +531,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		t.Errorf("the target registry's referrers of the index: %+v, want the provenance", d.Referrers)
 	}
 	run(t, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", ref)
+	run(t, cosign, "verify", "--key", otherPub, "--insecure-ignore-tlog=true", "--allow-http-registry", ref)
 	for _, m := range im.Manifests {
 		run(t, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", img.Repository+"@"+attached["sbom"][m.Digest.String()].Digest)
 	}

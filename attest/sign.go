@@ -268,3 +268,6 @@ func LoadKey(spec string, getenv func(string) string) (*Signer, error) {
 	}
 	return ParseKey(data, spec)
 }
+
+// PublicKey is the signer's public key.
+func (s *Signer) PublicKey() *ecdsa.PublicKey { return &s.key.PublicKey }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -242,9 +243,57 @@ func pushAttachments(ctx context.Context, l *Layout, dest Destination, want map[
 		if err != nil {
 			return err
 		}
+		if attachmentKind(a) == "signature" {
+			if img, err = withSignaturesOf(ctx, dest, a.Reference, img); err != nil {
+				return err
+			}
+		}
+		if img == nil {
+			continue
+		}
 		if _, err := dest.WriteManifest(ctx, a.Reference, img); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// withSignaturesOf keeps the signatures the destination already has under a signature tag: a
+// cosign signature image is a set of layers, one per signature (its payload with the signature
+// in an annotation), so the layout's are added to the destination's, as cosign sign adds one,
+// rather than put in their place. It returns nil when the destination holds them all.
+func withSignaturesOf(ctx context.Context, dest Destination, ref string, img v1.Image) (v1.Image, error) {
+	have, err := dest.Manifest(ctx, ref)
+	if err != nil || have == nil {
+		return img, err
+	}
+	haveManifest, err := have.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	// two signers of one digest sign the same payload: a signature is its blob and annotations
+	had := map[string]bool{}
+	key := func(d v1.Descriptor) string { return fmt.Sprint(d.Digest, d.Annotations) }
+	for _, l := range haveManifest.Layers {
+		had[key(l)] = true
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	var adds []mutate.Addendum
+	for _, d := range m.Layers {
+		if had[key(d)] {
+			continue
+		}
+		l, err := img.LayerByDigest(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.Addendum{Layer: l, Annotations: d.Annotations, MediaType: d.MediaType})
+	}
+	if len(adds) == 0 {
+		return nil, nil
+	}
+	return mutate.Append(have, adds...)
 }
