@@ -107,12 +107,13 @@ func dependencies(ctx context.Context, app *toa.Application, o *options) (*manif
 	return manifest.Merge(res), nil
 }
 
-// toolchain is WithToolchain's versions, else the runner's as node and npm say, asked once.
+// toolchain is WithToolchain's versions, else the runner's as node and npm say, asked once and
+// kept in the cache while node's binary is the same file.
 func toolchain(ctx context.Context, o *options) (*layer.Runner, layer.Toolchain, error) {
 	if o.toolchain != nil {
 		return nil, *o.toolchain, nil
 	}
-	r, err := layer.DetectRunner(ctx)
+	r, err := layer.DetectRunnerCached(ctx, o.cacheDir)
 	if err != nil {
 		return nil, layer.Toolchain{}, err
 	}
