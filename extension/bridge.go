@@ -137,11 +137,20 @@ func (t *tail) Write(p []byte) (int, error) {
 
 func (t *tail) String() string { return string(t.buf) }
 
-// exchanged is one request of a run and the answer it got.
+// exchanged is one request of a run and the answer it got. Masked is the request with the
+// components' computed versions blanked; when the packages read no version while answering
+// (VersionRead false), the answer holds for any version, so a code change (which changes only its
+// component's version) replays it.
 type exchanged struct {
-	Request []byte `json:"request"`
-	Answer  []byte `json:"answer"`
+	Request     []byte `json:"request"`
+	Answer      []byte `json:"answer"`
+	Masked      []byte `json:"masked"`
+	VersionRead bool   `json:"versionRead"`
 }
+
+// versionUnread is how the bridge program ends an answer given without reading any component's
+// version (it appends the flag last).
+var versionUnread = []byte(`,"versionRead":false}`)
 
 // conversation is what Resolve asks the packages, through a bridge, or from a conversation
 // recorded by an earlier run (the cache) for as long as the questions are the same: a question
@@ -149,8 +158,11 @@ type exchanged struct {
 // program keeps nothing between requests but loaded modules, so a question may be its first.
 type conversation struct {
 	bridge *bridge
-	// lookup finds an earlier run's conversation that began with the same request; nil for none
-	lookup   func(first []byte) []exchanged
+	// lookup finds an earlier run's conversation that began with the same (masked) request; nil
+	// for none
+	lookup func(first []byte) []exchanged
+	// mask blanks the components' computed versions in a request
+	mask     func(request []byte) []byte
 	replay   []exchanged // an earlier run's, valid while this run asks the same
 	recorded []exchanged // this run's
 	live     bool        // whether node answered any of them
@@ -158,11 +170,15 @@ type conversation struct {
 
 func (c *conversation) ask(ctx context.Context, request []byte) ([]byte, error) {
 	i := len(c.recorded)
-	if i == 0 && c.lookup != nil {
-		c.replay = c.lookup(request)
+	masked := request
+	if c.mask != nil {
+		masked = c.mask(request)
 	}
-	if !c.live && i < len(c.replay) && bytes.Equal(c.replay[i].Request, request) {
-		c.recorded = append(c.recorded, c.replay[i])
+	if i == 0 && c.lookup != nil {
+		c.replay = c.lookup(masked)
+	}
+	if !c.live && i < len(c.replay) && c.replay[i].answers(request, masked) {
+		c.recorded = append(c.recorded, exchanged{request, c.replay[i].Answer, masked, c.replay[i].VersionRead})
 		return c.replay[i].Answer, nil
 	}
 	c.live = true
@@ -170,8 +186,26 @@ func (c *conversation) ask(ctx context.Context, request []byte) ([]byte, error) 
 	if err != nil {
 		return nil, err
 	}
-	c.recorded = append(c.recorded, exchanged{request, answer})
+	read := !bytes.HasSuffix(answer, versionUnread)
+	c.recorded = append(c.recorded, exchanged{request, answer, masked, read})
 	return answer, nil
+}
+
+// answers is true when the recorded answer holds for the request: the same request, or one that
+// differs only in versions the packages did not read.
+func (e exchanged) answers(request, masked []byte) bool {
+	return bytes.Equal(e.Request, request) || (!e.VersionRead && bytes.Equal(e.Masked, masked))
+}
+
+// versionMask blanks in a request the computed version of every component versions lists (a
+// version declared in the manifest is left: changing it changes the manifest too).
+func versionMask(versions func() []string) func([]byte) []byte {
+	return func(request []byte) []byte {
+		for _, v := range versions() {
+			request = bytes.ReplaceAll(request, []byte(`"version":"`+v+`"`), []byte(`"version":"~"`))
+		}
+		return request
+	}
 }
 
 func indent(s string) string {

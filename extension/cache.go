@@ -23,7 +23,7 @@ import (
 // by another version has another package.json; a file edited in place has another time), and
 // the contents of the package.json. Nested node_modules folders are packages of their own.
 
-const cacheVersion = 1
+const cacheVersion = 2
 
 type cacheEntry struct {
 	Version   int           `json:"version"`
@@ -51,8 +51,8 @@ func (a *answers) file(first []byte) string {
 	return filepath.Join(a.dir, "extensions", hex.EncodeToString(h.Sum(nil))+".json")
 }
 
-// lookup returns the conversation an earlier run began with first, if every input it read is
-// as it was.
+// lookup returns the conversation an earlier run began with first (masked), if every input it
+// read is as it was.
 func (a *answers) lookup(first []byte) []exchanged {
 	path := a.file(first)
 	info, err := os.Stat(path)
@@ -97,7 +97,7 @@ func (a *answers) store(conv []exchanged, dirs []string) error {
 	if err != nil {
 		return err
 	}
-	path := a.file(conv[0].Request)
+	path := a.file(conv[0].Masked)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

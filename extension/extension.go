@@ -89,6 +89,7 @@ func Resolve(ctx context.Context, app *toa.Application, opts ...Option) (*Result
 	r := &resolver{ctx: ctx, app: app, o: o, extensions: map[string][]*toa.Component{}, packages: map[string]*inspected{},
 		manifests: map[*toa.Component]*object{}}
 	r.conv = &conversation{bridge: &bridge{node: o.node, root: app.Root, output: o.stderr}}
+	r.conv.mask = versionMask(r.computedVersions)
 	var cache *answers
 	if o.cache != "" {
 		cache = &answers{dir: o.cache, node: o.node, root: app.Root}
@@ -143,6 +144,18 @@ func (r *resolver) remember(cache *answers) {
 		return
 	}
 	cache.store(r.conv.recorded, answer.Dirs)
+}
+
+// computedVersions are the versions Toa computes from the components' files (not declared in
+// their manifests), of the application's components and of those the extensions brought so far.
+func (r *resolver) computedVersions() []string {
+	var out []string
+	for _, c := range append(append([]*toa.Component(nil), r.app.Components...), r.loaded...) {
+		if !c.VersionDeclared && c.Version != "" {
+			out = append(out, c.Version)
+		}
+	}
+	return out
 }
 
 func (r *resolver) addDir(dir string) {

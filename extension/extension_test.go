@@ -481,6 +481,26 @@ func TestCache(t *testing.T) {
 	if _, started := resolve(); started != 1 {
 		t.Errorf("after a manifest changed: %d processes", started)
 	}
+	// a code change is a new version of the component, which no package here reads
+	write(t, dir, "components/shop.orders/lib/helper.js", "module.exports = 1\n")
+	if res, started := resolve(); started != 0 || configuration(res) != "changed" {
+		t.Errorf("after a code change no package reads: %d processes, %s", started, configuration(res))
+	}
+	// a package that reads the version is asked again after each code change
+	data, _ = os.ReadFile(js)
+	os.WriteFile(js, []byte(strings.Replace(string(data), "value: 'changed'", "value: instance.component.version", 1)), 0o644)
+	res, started := resolve()
+	if started != 1 || configuration(res) == "changed" {
+		t.Errorf("after the package began reading the version: %d processes, %s", started, configuration(res))
+	}
+	before := configuration(res)
+	write(t, dir, "components/shop.orders/lib/helper.js", "module.exports = 2\n")
+	if res, started := resolve(); started != 1 || configuration(res) == before {
+		t.Errorf("after a code change a package reads: %d processes, version %s, before %s", started, configuration(res), before)
+	}
+	if _, started := resolve(); started != 0 {
+		t.Errorf("the answers that read a version are not cached: %d processes", started)
+	}
 }
 
 // summary is what a Result says, for comparing two.

@@ -52,11 +52,26 @@ async function main () {
   for await (const line of lines) {
     if (line === '') continue
 
-    writeSync(3, JSON.stringify(await serve(JSON.parse(line))) + '\n')
+    writeSync(3, await serve(JSON.parse(line)) + '\n')
   }
 }
 
+// Whether a package read a component's version while answering: toa-push's cache replays an
+// answer given without it for a component whose code (so whose computed version) has changed.
+let versionRead = false
+
+// serve answers one request, as one line of JSON
 async function serve (request) {
+  versionRead = false
+  watchVersions(request)
+
+  const answer = JSON.stringify(await answerOf(request))
+
+  // last, after everything the answer holds was read: toa-push looks for it at the end of the line
+  return answer.slice(0, -1) + `,"versionRead":${versionRead}}`
+}
+
+async function answerOf (request) {
   const req = createRequire(join(request.root, 'package.json'))
 
   try {
@@ -71,6 +86,34 @@ async function serve (request) {
     if (!(error instanceof Failure)) throw error
 
     return { error: { reference: error.reference, stage: error.stage, message: error.message, component: error.component } }
+  }
+}
+
+// the components' manifests get a `version` that notes when it is read (JSON.stringify, spread
+// and structuredClone read it too); writing it counts as reading
+function watchVersions (request) {
+  let components = []
+
+  if (request.op === 'manifests') components = (request.components ?? []).map((c) => c.manifest)
+  else if (request.op === 'deploy') components = Object.values(request.components ?? {})
+
+  for (const manifest of components) {
+    if (manifest === null || typeof manifest !== 'object' || !('version' in manifest)) continue
+
+    let value = manifest.version
+
+    Object.defineProperty(manifest, 'version', {
+      enumerable: true,
+      configurable: true,
+      get () {
+        versionRead = true
+        return value
+      },
+      set (v) {
+        versionRead = true
+        value = v
+      }
+    })
   }
 }
 
