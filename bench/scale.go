@@ -125,7 +125,7 @@ func (b *bench) scale() error {
 				plans = append(plans, s)
 			}
 		}
-		// what every run of toa-push pays before it reads the context: node's and npm's versions
+		// what asking node and npm would cost each run (toa-push keeps their answers in its cache)
 		for _, tool := range []string{"npm", "node"} {
 			start := time.Now()
 			if err := exec.Command(tool, "--version").Run(); err != nil {
@@ -152,10 +152,10 @@ func (b *bench) scale() error {
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	fmt.Printf("| toa-push (no change) | %s | %s | %s | %.0f | %s |\n", secs(pushes.wall()), secs(pushes.minWall()), secs(pushes.maxWall()), pushes.requests(), size(pushes.sent()))
 	fmt.Printf("| toa-push --plan | %s | %s | %s | %.0f | %s |\n", secs(plans.wall()), secs(plans.minWall()), secs(plans.maxWall()), plans.requests(), size(plans.sent()))
-	fmt.Printf("| of which `npm --version` (asked by every run) | %s | %s | %s | | |\n", secs(npmV.wall()), secs(npmV.minWall()), secs(npmV.maxWall()))
-	fmt.Printf("| of which `node --version` | %s | %s | %s | | |\n", secs(nodeV.wall()), secs(nodeV.minWall()), secs(nodeV.maxWall()))
-	fmt.Printf("\n- No-change push of 50 compositions × 3 platforms under 2 s: %s (target < 2 s): %s.\n", secs(pushes.wall()), verdict(pushes.wall() < 2))
-	fmt.Printf("- `--plan` alone under 2 s: %s (target < 2 s): %s.\n", secs(plans.wall()), verdict(plans.wall() < 2))
+	fmt.Printf("| for scale: `npm --version` alone | %s | %s | %s | | |\n", secs(npmV.wall()), secs(npmV.minWall()), secs(npmV.maxWall()))
+	fmt.Printf("| for scale: `node --version` alone | %s | %s | %s | | |\n", secs(nodeV.wall()), secs(nodeV.minWall()), secs(nodeV.maxWall()))
+	fmt.Printf("\n- No-change push of 50 compositions × 3 platforms under 1 s: %s (target < 1 s): %s.\n", secs(pushes.wall()), verdict(pushes.wall() < 1))
+	fmt.Printf("- `--plan` alone under 1 s: %s (target < 1 s): %s.\n", secs(plans.wall()), verdict(plans.wall() < 1))
 	heads, pings, resolve, other := 0, 0, 0, 0
 	for _, r := range pushes[len(pushes)-1].log {
 		switch {
