@@ -12,7 +12,7 @@ func (b *bench) printPushes(sets []*pushSet) {
 		"both on the same base (Debian minbase + node + npm, bench/rootfs.sh). Each run pushes to a namespace of its own; " +
 		"a first push starts with toa-push's layer cache empty and buildah --no-cache, both with npm's cache warm and the base known. " +
 		"crane: `crane append` of the sources layer toa-push wrote, onto the same dependencies image, per platform, then `crane index append`. " +
-		"toa-push runs with `--sbom none` in the table, as buildah and crane attach nothing; what its default attachments cost is said below each table. "+
+		"toa-push runs with `--sbom none` in the table, as buildah and crane attach nothing; what its default attachments cost is said below each table. " +
 		"Bytes are request bodies as the recording proxy counted them.\n")
 	for _, set := range sets {
 		toaRuns := len(set.samples["first"]["toa-push"])
