@@ -2,8 +2,9 @@
 // (reference §5), as typed k8s.io/api values instead of text templates. It works in two steps, as
 // Toa did: Describe turns the application and its images into Values, one Workload per
 // Deployment with its variables, mounts, probe and resources settled (Toa's describe()); Objects
-// turns Values into Deployments and Services (the chart's templates). Writing them down is the
-// kustomize package's job.
+// turns Values into Deployments and Services (the chart's templates). Kustomization and
+// WriteKustomization then write them down, with the images pinned by digest, as the folder
+// toa-apply (and kubectl apply -k) reads.
 package manifest
 
 import (
