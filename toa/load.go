@@ -184,6 +184,17 @@ func (app *Application) readIdentity(ctx field) error {
 		"a context name is words of letters, digits and underscores joined by hyphens, starting with a letter, like 'online-shop'"); err != nil {
 		return err
 	}
+	// Toa's pattern allows capitals and underscores, but the name becomes the images' repository
+	// and the toa-<name> Secret that records the application, and neither a registry nor
+	// Kubernetes takes them: Toa's own deploy failed there, at docker push or helm install.
+	if strings.ToLower(app.Name) != app.Name || strings.Contains(app.Name, "_") {
+		return f.fail("the name becomes the images' repository and Kubernetes object names, which take only lowercase letters, digits and hyphens: rename the context, like '"+deployableName(app.Name)+"'",
+			"'%s' is a valid Toa context name but can not be deployed", app.Name)
+	}
+	if len(app.Name) > maxContextName {
+		return f.fail(fmt.Sprintf("every deployed object carries the name as its toa/context label, and a Kubernetes label value is at most %d characters: shorten it", maxContextName),
+			"'%s' is %d characters long", app.Name, len(app.Name))
+	}
 	if app.Version, err = ctx.optStr("version"); err != nil {
 		return err
 	}
@@ -365,4 +376,13 @@ func (r *Registry) readBuild(registry field) error {
 		}
 	}
 	return nil
+}
+
+// maxContextName is the longest label value Kubernetes takes.
+const maxContextName = 63
+
+// deployableName suggests a name a registry and Kubernetes take for a context name that has
+// capitals or underscores.
+func deployableName(name string) string {
+	return strings.ReplaceAll(strings.ToLower(name), "_", "-")
 }
