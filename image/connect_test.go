@@ -241,3 +241,86 @@ func TestPushToTLSRegistryOnLoopback(t *testing.T) {
 		t.Errorf("not built: %+v", res.Images)
 	}
 }
+
+// The credential messages against a real registry that asks for them: Distribution with
+// htpasswd, over TLS. Without credentials, with the wrong ones in Docker's config file or from a
+// credential helper, the push fails before any blob moves and says which; with the right ones
+// from a helper it completes, and a later push with them in the config file finds it all there.
+func TestPushToRegistryWithCredentials(t *testing.T) {
+	addr, ca := harness.AuthRegistry(t)
+	baseAddr, _ := harness.RegistryWithLog(t)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
+	dir := twoCompositions(t, addr, baseRef)
+
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker"))
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	config := filepath.Join(home, ".docker", "config.json")
+	push := func() (*Result, error) {
+		reg, err := NewRegistries(WithCAFile(ca))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		return pushWith(ctx, t, dir, baseRef, reg)
+	}
+	refused := func(step string, want ...string) {
+		t.Helper()
+		_, err := push()
+		if err == nil {
+			t.Fatalf("%s: pushed", step)
+		}
+		t.Logf("%s: %v", step, err)
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the error lacks %q:\n%v", step, w, err)
+			}
+		}
+	}
+	auth := func(password string) string {
+		return base64.StdEncoding.EncodeToString([]byte(harness.AuthUser + ":" + password))
+	}
+
+	refused("no credentials", addr+" asks for credentials (401) and none were found for it", "docker login "+addr)
+
+	writeConfig(t, config, fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, addr, auth("wrong")))
+	refused("wrong credentials in the config file", addr+" refused the credentials of "+config+" (401)", "docker login "+addr)
+
+	bin := t.TempDir()
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	helper := func(password string) {
+		script := fmt.Sprintf("#!/bin/sh\nread server\necho '{\"ServerURL\":\"'$server'\",\"Username\":\"%s\",\"Secret\":\"%s\"}'\n", harness.AuthUser, password)
+		if err := os.WriteFile(filepath.Join(bin, "docker-credential-toatest"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig(t, config, fmt.Sprintf(`{"credHelpers":{%q:"toatest"}}`, addr))
+	helper("wrong")
+	refused("wrong credentials from a helper", addr+" refused the credentials of the credential helper docker-credential-toatest (credHelpers in "+config+") (401)")
+
+	helper(harness.AuthPassword)
+	res, err := push()
+	if err != nil {
+		t.Fatalf("with the helper's good credentials: %v", err)
+	}
+	for _, img := range res.Images {
+		if !img.Built || img.Digest == "" {
+			t.Errorf("%s: not built: %+v", img.Name, img)
+		}
+	}
+
+	writeConfig(t, config, fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, addr, auth(harness.AuthPassword)))
+	again, err := push()
+	if err != nil {
+		t.Fatalf("with good credentials in the config file: %v", err)
+	}
+	for i, img := range again.Images {
+		if img.Built || img.Digest != res.Images[i].Digest {
+			t.Errorf("%s: the second push built it again or changed it: %+v", img.Name, img)
+		}
+	}
+}

@@ -86,9 +86,9 @@ func dockerConfigFile() (file, looked string) {
 		}
 	}
 	if docker == "" {
-		return "", "no Docker config file"
+		return "", "there is no Docker config file"
 	}
-	return "", "no Docker config file (" + docker + ")"
+	return "", "there is no Docker config file at " + docker
 }
 
 // credentialSource names where Docker's config sends a registry's credentials: a credential
@@ -135,8 +135,12 @@ type AccessError struct {
 
 func (e *AccessError) Error() string {
 	if e.Source == "" {
-		return fmt.Sprintf("%s asks for credentials (%d) and none were found for it (looked in %s): log in with `docker login %s`, or configure a credential helper for it",
-			e.Host, e.Status, e.Looked, e.Host)
+		looked := "looked in " + e.Looked
+		if strings.HasPrefix(e.Looked, "there is no") {
+			looked = e.Looked
+		}
+		return fmt.Sprintf("%s asks for credentials (%d) and none were found for it (%s): log in with `docker login %s`, or configure a credential helper for it",
+			e.Host, e.Status, looked, e.Host)
 	}
 	verb := "refused the credentials of"
 	if e.Status == 403 {

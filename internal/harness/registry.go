@@ -117,6 +117,9 @@ http:
 		yml += fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", cert, filepath.Join(dir, "tls.key"))
 		scheme = "https"
 	}
+	if htpasswd := filepath.Join(dir, "htpasswd"); fileExists(htpasswd) { // AuthRegistry put its users there
+		yml += fmt.Sprintf("auth:\n  htpasswd:\n    realm: toa-test\n    path: %s\n", htpasswd)
+	}
 	if err := os.WriteFile(config, []byte(yml), 0o644); err != nil {
 		return "", nil, err
 	}
@@ -165,7 +168,7 @@ func freeLoopbackAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// waitForRegistry polls GET /v2/ until it answers 200, the process exits, or 30 s pass.
+// waitForRegistry polls GET /v2/ until it answers 200 (or 401), the process exits, or 30 s pass.
 func waitForRegistry(scheme, addr string, exited <-chan error) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // is it up, not whom to trust
@@ -174,7 +177,8 @@ func waitForRegistry(scheme, addr string, exited <-chan error) error {
 		resp, err := client.Get(scheme + "://" + addr + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// 401: it is up and asks for credentials (AuthRegistry's).
+			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
 			err = fmt.Errorf("GET /v2/: %s", resp.Status)

@@ -40,6 +40,44 @@ func TLSRegistry(t testing.TB) (addr, caFile string) {
 	return addr, caFile
 }
 
+// The one user of AuthRegistry. Distribution's htpasswd takes bcrypt hashes only; this one was
+// made once with Python's crypt (libxcrypt), at bcrypt's lowest cost so that every request's
+// check stays fast:
+//
+//	crypt.crypt(AuthPassword, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1<<5))
+const (
+	AuthUser     = "toa"
+	AuthPassword = "toa-test-password"
+	authHTPasswd = "toa:$2b$05$dbcP33N4TIqK7gbvyLHIhuiRAWDGi11AKuS.oRY1S0xh2gyFjKX.C\n"
+)
+
+// AuthRegistry starts a registry as TLSRegistry does that also asks for credentials (HTTP basic,
+// Distribution's htpasswd), and lets in AuthUser with AuthPassword only: what a team's private
+// registry is. Basic credentials go over TLS, as Distribution's documentation asks.
+func AuthRegistry(t testing.TB) (addr, caFile string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs a real registry")
+	}
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
+	}
+	dir := t.TempDir()
+	caFile = filepath.Join(dir, "tls.crt")
+	if err := selfSigned(caFile, filepath.Join(dir, "tls.key")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(authHTPasswd), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, err = startRegistry(t, bin, dir)
+	if err != nil {
+		t.Fatalf("start the registry: %v", err)
+	}
+	return addr, caFile
+}
+
 // selfSigned writes a certificate for 127.0.0.1 and localhost that signs itself, and its key.
 func selfSigned(certFile, keyFile string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
