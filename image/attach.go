@@ -15,7 +15,7 @@ import (
 
 // Built is an image Push has just built, before its tag is written: what an Attacher describes.
 type Built struct {
-	Image     *Image // as planned
+	Image     *Image // as planned: a copy, so that an Attacher cannot change the plan
 	Index     v1.ImageIndex
 	Platforms []BuiltPlatform // in the index's order
 }
@@ -51,7 +51,8 @@ func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, ima
 	if b.opts.Attach == nil {
 		return nil
 	}
-	built := &Built{Image: img, Index: idx}
+	planned := img.clone()
+	built := &Built{Image: &planned, Index: idx}
 	for i, im := range images {
 		p := Platform(&targets[i].Platform)
 		bp := BuiltPlatform{Platform: p, Image: im}

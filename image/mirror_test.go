@@ -109,13 +109,13 @@ func testMirrored(t *testing.T, r registries) {
 
 	originLog.Reset()
 	got := plan(mirrored)
-	for i := range want.Images {
-		if got.Images[i].Tag != want.Images[i].Tag || got.Images[i].DepsTag != want.Images[i].DepsTag {
-			t.Errorf("%s: %s %s through the mirror, %s %s without", want.Images[i].Name, got.Images[i].Tag, got.Images[i].DepsTag,
-				want.Images[i].Tag, want.Images[i].DepsTag)
+	for i := range want.images {
+		if got.images[i].Tag != want.images[i].Tag || got.images[i].DepsTag != want.images[i].DepsTag {
+			t.Errorf("%s: %s %s through the mirror, %s %s without", want.images[i].Name, got.images[i].Tag, got.images[i].DepsTag,
+				want.images[i].Tag, want.images[i].DepsTag)
 		}
-		if got.Images[i].BaseSource != copied || got.Images[i].Mirror == "" {
-			t.Errorf("%s: read from %s (%s)", got.Images[i].Name, got.Images[i].BaseSource, got.Images[i].Mirror)
+		if got.images[i].BaseSource != copied || got.images[i].Mirror == "" {
+			t.Errorf("%s: read from %s (%s)", got.images[i].Name, got.images[i].BaseSource, got.images[i].Mirror)
 		}
 	}
 	result, err := Push(context.Background(), app, got, PushOptions{Registries: mirrored, Layers: fakeLayers{}, CacheDir: t.TempDir()})
@@ -131,7 +131,7 @@ func testMirrored(t *testing.T, r registries) {
 	}
 	img, _ := idx.Image(m.Manifests[0].Digest)
 	manifest, _ := img.Manifest()
-	if manifest.Annotations[AnnotationBaseName] != base || manifest.Annotations[AnnotationBaseDigest] != got.Images[0].base.Platforms["linux/amd64"] {
+	if manifest.Annotations[AnnotationBaseName] != base || manifest.Annotations[AnnotationBaseDigest] != got.images[0].base.Platforms["linux/amd64"] {
 		t.Errorf("manifest annotations: %v", manifest.Annotations)
 	}
 }
@@ -186,7 +186,7 @@ func TestUnreachableMirrorFailsAtOnce(t *testing.T) {
 		t.Errorf("took %s", d)
 	}
 	img := &Image{Name: "composition-front", Base: base.Ref, base: base, Unresolved: "x"}
-	err = unresolved(&Plan{Images: []*Image{img}})
+	err = unresolved(&Plan{images: []*Image{img}})
 	want := "the base ghcr.io/toa-io/runtime:1.0.0-alpha.289 from the mirror " + closed + "/ghcr/toa-io/runtime:1.0.0-alpha.289 (--mirror ghcr.io=" +
 		closed + "/ghcr): cannot connect to " + closed + ": connect: connection refused (needed to resolve the base of composition-front)"
 	if err == nil || err.Error() != want {

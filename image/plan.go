@@ -34,11 +34,33 @@ type PlanOptions struct {
 	Bases map[string]*Base
 }
 
-// Plan is every image a push of the application makes. It is made whole by NewPlan and not
-// changed afterwards: everything else reads it.
+// Plan is every image a push of the application makes. It is made whole by NewPlan and cannot be
+// changed afterwards: its images and warnings are read through methods that hand out copies, so
+// the objects made from it and the images pushed from it are of one plan.
 type Plan struct {
-	Images   []*Image
-	Warnings []string
+	images   []*Image
+	warnings []string
+}
+
+// Images are the plan's images in the order they are built, each a copy.
+func (p *Plan) Images() []Image {
+	out := make([]Image, len(p.images))
+	for i, img := range p.images {
+		out[i] = img.clone()
+	}
+	return out
+}
+
+// Warnings are what planning found worth telling the user (a default platform the base lacks).
+func (p *Plan) Warnings() []string { return slices.Clone(p.warnings) }
+
+// clone is a copy of the image that shares nothing the plan could see changed: the application's
+// values it points at (compositions, components) are read-only by contract everywhere.
+func (i *Image) clone() Image {
+	c := *i
+	c.Components = slices.Clone(i.Components)
+	c.Platforms = slices.Clone(i.Platforms)
+	return c
 }
 
 // Image is one workload's image: a composition's, mono's, or an extension service's.
@@ -104,19 +126,19 @@ func NewPlan(app *toa.Application, opts PlanOptions) (*Plan, error) {
 			BaseFrom:    u.baseFrom,
 			Run:         u.run,
 		}
-		if err := img.resolve(app, opts, &p.Warnings); err != nil {
+		if err := img.resolve(app, opts, &p.warnings); err != nil {
 			return nil, err
 		}
-		p.Images = append(p.Images, img)
+		p.images = append(p.images, img)
 	}
 	for _, s := range opts.Services {
-		img, err := serviceImage(app, s, opts, &p.Warnings)
+		img, err := serviceImage(app, s, opts, &p.warnings)
 		if err != nil {
 			return nil, err
 		}
-		p.Images = append(p.Images, img)
+		p.images = append(p.images, img)
 	}
-	p.Warnings = unique(p.Warnings) // images on one base share its warnings
+	p.warnings = unique(p.warnings) // images on one base share its warnings
 	return p, nil
 }
 
@@ -332,8 +354,8 @@ func checkRun(app *toa.Application) error {
 // repository and its tag, or the repository alone while the tag is not known (the kustomization
 // then pins it).
 func (p *Plan) ContainerImages() map[string]string {
-	out := make(map[string]string, len(p.Images))
-	for _, img := range p.Images {
+	out := make(map[string]string, len(p.images))
+	for _, img := range p.images {
 		out[img.Name] = img.Repository
 		if img.Tag != "" {
 			out[img.Name] += ":" + img.Tag

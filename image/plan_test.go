@@ -44,28 +44,28 @@ func TestPlanNamesEveryImage(t *testing.T) {
 		"localhost:5000/bases/node:test": fakeBase("localhost:5000/bases/node:test", "linux/amd64", "linux/arm64"),
 	}
 	p := planOf(t, app, bases)
-	if len(p.Images) != 3 {
-		t.Fatalf("%d images", len(p.Images))
+	if len(p.images) != 3 {
+		t.Fatalf("%d images", len(p.images))
 	}
-	front := p.Images[0]
+	front := p.images[0]
 	if front.Repository != "localhost:5000/acme/shop/composition-front" || front.Base != runtime {
 		t.Errorf("front: %+v", front)
 	}
 	if len(front.Tag) != 8 || len(front.DepsTag) != len("deps-")+8 || front.Unresolved != "" {
 		t.Errorf("front tags: %q %q %q", front.Tag, front.DepsTag, front.Unresolved)
 	}
-	if back := p.Images[1]; back.Base != "localhost:5000/bases/node:test" || back.BaseFrom != "the composition's image" {
+	if back := p.images[1]; back.Base != "localhost:5000/bases/node:test" || back.BaseFrom != "the composition's image" {
 		t.Errorf("back's base: %+v", back)
 	}
 
 	again := planOf(t, app, bases)
-	if again.Images[0].Tag != front.Tag {
+	if again.images[0].Tag != front.Tag {
 		t.Error("the same inputs gave another tag")
 	}
 
 	moved := map[string]*Base{runtime: fakeBase(runtime, "linux/amd64", "linux/arm64"), "localhost:5000/bases/node:test": bases["localhost:5000/bases/node:test"]}
 	moved[runtime].Platforms["linux/amd64"] = "sha256:another"
-	if other := planOf(t, app, moved); other.Images[0].DepsTag == front.DepsTag || other.Images[0].Tag == front.Tag {
+	if other := planOf(t, app, moved); other.images[0].DepsTag == front.DepsTag || other.images[0].Tag == front.Tag {
 		t.Error("another base digest kept the same tags")
 	}
 }
@@ -76,7 +76,7 @@ func TestPlanWithoutBasesSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := planOf(t, app, nil)
-	for _, img := range p.Images {
+	for _, img := range p.images {
 		if img.Tag != "" || img.Reference() != "" || img.Unresolved == "" {
 			t.Errorf("%s: invented a tag %q without its base", img.Name, img.Tag)
 		}
@@ -91,8 +91,8 @@ func TestPlatformsTheBaseLacks(t *testing.T) {
 	runtime := DefaultBase + ":1.0.0-alpha.289"
 	// defaulted platforms: arm/v7 is left out with a warning
 	p := planOf(t, app, map[string]*Base{runtime: fakeBase(runtime, "linux/amd64", "linux/arm64")})
-	if got := p.Images[0].Platforms; len(got) != 2 || len(p.Warnings) != 1 {
-		t.Errorf("platforms %v, warnings %v", got, p.Warnings)
+	if got := p.images[0].Platforms; len(got) != 2 || len(p.warnings) != 1 {
+		t.Errorf("platforms %v, warnings %v", got, p.warnings)
 	}
 	// named platforms: refused
 	app.Registry.PlatformsDefaulted = false

@@ -100,9 +100,9 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	if err != nil {
 		return nil, err
 	}
-	result := &Result{Images: make([]*Pushed, len(plan.Images))}
+	result := &Result{Images: make([]*Pushed, len(plan.images))}
 	var missing []int
-	for i, img := range plan.Images {
+	for i, img := range plan.images {
 		result.Images[i] = &Pushed{Name: img.Name, Repository: img.Repository, Tag: img.Tag, Platforms: img.Platforms,
 			Digest: digests[img.Repository]}
 		if result.Images[i].Digest == "" {
@@ -114,7 +114,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]string{}}
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
-		return b.build(ctx, plan.Images[i], result.Images[i])
+		return b.build(ctx, plan.images[i], result.Images[i])
 	})
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 // unresolved says why the plan cannot be pushed: an image whose base could not be resolved, with
 // the host, the mirror and every image that needed it.
 func unresolved(plan *Plan) error {
-	for _, img := range plan.Images {
+	for _, img := range plan.images {
 		if img.Tag != "" {
 			continue
 		}
@@ -133,7 +133,7 @@ func unresolved(plan *Plan) error {
 			return fmt.Errorf("%s: %s", img.Name, img.Unresolved)
 		}
 		var names []string
-		for _, other := range plan.Images {
+		for _, other := range plan.images {
 			if other.base == img.base {
 				names = append(names, other.Name)
 			}
@@ -151,9 +151,9 @@ const probeJobs = 16
 // it has, and returns their digests by repository. Images whose tag is not known yet are not
 // asked for.
 func Probe(ctx context.Context, dest Destination, plan *Plan) (map[string]string, error) {
-	digests := make([]string, len(plan.Images))
-	err := parallel(ctx, len(plan.Images), probeJobs, func(ctx context.Context, i int) error {
-		img := plan.Images[i]
+	digests := make([]string, len(plan.images))
+	err := parallel(ctx, len(plan.images), probeJobs, func(ctx context.Context, i int) error {
+		img := plan.images[i]
 		if img.Tag == "" {
 			return nil
 		}
@@ -167,7 +167,7 @@ func Probe(ctx context.Context, dest Destination, plan *Plan) (map[string]string
 	out := map[string]string{}
 	for i, d := range digests {
 		if d != "" {
-			out[plan.Images[i].Repository] = d
+			out[plan.images[i].Repository] = d
 		}
 	}
 	return out, nil

@@ -247,7 +247,7 @@ func testPush(t *testing.T, r registries) {
 		app, _ := toa.Load(dir, "default")
 		reg, _ := NewRegistries()
 		plan, _ := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: ResolveBase(context.Background(), reg, base)}})
-		ref, _ := name.ParseReference(plan.Images[1].Reference())
+		ref, _ := name.ParseReference(plan.images[1].Reference())
 		if _, err := remote.Head(ref); err == nil {
 			t.Errorf("%s exists after a failed push", ref)
 		}

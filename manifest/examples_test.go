@@ -119,7 +119,7 @@ func renderContext(t *testing.T, dir, env string) (map[string]Object, error) {
 		return nil, err
 	}
 	images := Images{}
-	for _, img := range plan.Images {
+	for _, img := range plan.Images() {
 		images[img.Name] = img.Repository + ":" + fakeTag(img.Name)
 	}
 	objects, err := Objects(app, images, WithDependencies(deps))

@@ -187,7 +187,7 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 	}
 	var pins []types.Image
 	containers := Images{}
-	for i, img := range plan.Images {
+	for i, img := range plan.Images() {
 		pin := types.Image{Name: img.Repository, NewTag: fakeTag(img.Name)}
 		if i == 0 {
 			pin.Digest = fakeDigest(img.Name)

@@ -472,7 +472,7 @@ func objectsOf(t *testing.T, app *toa.Application) []Object {
 		t.Fatal(err)
 	}
 	images := Images{}
-	for _, img := range plan.Images {
+	for _, img := range plan.Images() {
 		sum := sha256.Sum256([]byte(img.Name))
 		images[img.Name] = img.Repository + ":" + hex.EncodeToString(sum[:4])
 	}

@@ -37,9 +37,24 @@ func TestWriteKustomization(t *testing.T) {
 		t.Fatalf("written without tags: %v", err)
 	}
 
-	for _, img := range plan.Images {
-		img.Tag = "0badc0de"
+	// The same application planned on a resolved base: every tag is known.
+	ref := image.DefaultBase + ":" + app.Runtime.Version
+	base := &image.Base{Ref: ref, Source: ref, Digest: "sha256:" + strings.Repeat("0b", 32), Platforms: map[string]string{
+		"linux/amd64": "sha256:" + strings.Repeat("1a", 32), "linux/arm/v7": "sha256:" + strings.Repeat("2a", 32), "linux/arm64": "sha256:" + strings.Repeat("3a", 32)}}
+	plan, err = image.NewPlan(app, image.PlanOptions{Bases: map[string]*image.Base{ref: base}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	var echo string
+	for _, img := range plan.Images() {
+		if img.Tag == "" {
+			t.Fatalf("%s: no tag on a resolved base: %s", img.Name, img.Unresolved)
+		}
+		if img.Name == "composition-default-echo" {
+			echo = img.Tag
+		}
+	}
+	p = &Planned{App: app, Plan: plan, Objects: objects}
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	digests := map[string]string{"localhost:5000/derived/composition-orders-orders": digest}
 	if err := writeKustomization(p, dir, digests); err != nil {
@@ -50,7 +65,7 @@ func TestWriteKustomization(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"  - name: localhost:5000/derived/composition-default-echo\n    newTag: 0badc0de\n",
+		"  - name: localhost:5000/derived/composition-default-echo\n    newTag: " + echo + "\n",
 		"  - name: localhost:5000/derived/composition-orders-orders\n    digest: " + digest + "\n",
 		"      toa/context: derived\n    includeSelectors: false\n",
 	} {

@@ -190,7 +190,7 @@ func TestPushToARegistry(t *testing.T) {
 	if len(plan.Digests) != 0 || plan.Kustomization != k {
 		t.Errorf("a plan of nothing pushed: digests %v, kustomization %q", plan.Digests, plan.Kustomization)
 	}
-	for _, img := range plan.Plan.Images {
+	for _, img := range plan.Plan.Images() {
 		if got := kustomizationImages(t, k)[img.Repository]; got != img.Tag {
 			t.Errorf("%s pinned by %q, want its tag %s", img.Repository, got, img.Tag)
 		}
@@ -275,7 +275,7 @@ func TestPushToARegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := plan.Digests[plan.Plan.Images[0].Repository]; d != "" {
+		if d := plan.Digests[plan.Plan.Images()[0].Repository]; d != "" {
 			t.Errorf("the image of a failed push is tagged: %s", d)
 		}
 		after, _ := os.ReadFile(filepath.Join(k, "kustomization.yaml"))
@@ -442,11 +442,11 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kustomizationImages(t, offline); len(got) != 2 || got[reached.Plan.Images[0].Repository] != tags[reached.Plan.Images[0].Repository] {
+	if got := kustomizationImages(t, offline); len(got) != 2 || got[reached.Plan.Images()[0].Repository] != tags[reached.Plan.Images()[0].Repository] {
 		t.Errorf("planned offline %v, online %v", got, tags)
 	}
-	if planned.Plan.Images[0].Tag != reached.Plan.Images[0].Tag {
-		t.Errorf("tags %s and %s", planned.Plan.Images[0].Tag, reached.Plan.Images[0].Tag)
+	if planned.Plan.Images()[0].Tag != reached.Plan.Images()[0].Tag {
+		t.Errorf("tags %s and %s", planned.Plan.Images()[0].Tag, reached.Plan.Images()[0].Tag)
 	}
 	if w := strings.Join(warnings, "\n"); !strings.Contains(w, "planned from its digests as they were 3 days ago") ||
 		!strings.Contains(w, filepath.Join(cache, "bases")) || !strings.Contains(w, "cannot connect to "+addr) {

@@ -71,7 +71,7 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range plan.Warnings {
+	for _, w := range plan.Warnings() {
 		o.warn(w)
 	}
 	objects, err := manifest.Objects(app, plan.ContainerImages(), manifest.WithDependencies(deps))
@@ -80,7 +80,7 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	}
 	return &Planned{App: app, Plan: plan, Objects: objects, toolchain: tools, runner: runner, epoch: epoch,
 		bases: spec.Bases, cacheDir: o.cacheDir,
-		Warnings: append(slices.Clone(app.Warnings), plan.Warnings...)}, nil
+		Warnings: append(slices.Clone(app.Warnings), plan.Warnings()...)}, nil
 }
 
 // dependencies asks the extensions and connectors installed under the context's node_modules
@@ -198,8 +198,9 @@ func age(d time.Duration) string {
 // destination has, else by its tag. An image with neither is not written down (its containers
 // would run whatever the registry calls latest): the error is a *NotWrittenError.
 func pins(p *Planned, digests map[string]string) ([]types.Image, error) {
-	out := make([]types.Image, 0, len(p.Plan.Images))
-	for _, img := range p.Plan.Images {
+	images := p.Plan.Images()
+	out := make([]types.Image, 0, len(images))
+	for _, img := range images {
 		digest := digests[img.Repository]
 		if digest == "" && img.Tag == "" {
 			e := &NotWrittenError{Why: fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}

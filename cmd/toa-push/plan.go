@@ -49,7 +49,7 @@ func writePlanJSON(w io.Writer, p *pipeline.PlanReport) error {
 	app, plan := p.App, p.Plan
 	out := planJSON{Context: app.Name, Environment: app.Environment, Runtime: app.Runtime.Version,
 		Images: []imageJSON{}, Warnings: append([]string{}, p.Warnings...)}
-	for _, img := range plan.Images {
+	for _, img := range plan.Images() {
 		j := imageJSON{Name: img.Name, Repository: img.Repository, Reference: img.Reference(), Tag: img.Tag,
 			Dependencies: img.DepsReference(), Base: baseJSON{Reference: img.Base, From: img.BaseFrom}, Platforms: img.Platforms,
 			Unresolved: img.Unresolved}
@@ -73,7 +73,7 @@ func writePlanText(w io.Writer, p *pipeline.PlanReport) error {
 		env = "none"
 	}
 	fmt.Fprintf(w, "context %s, environment %s, runtime %s\n", app.Name, env, app.Runtime.Version)
-	for _, img := range plan.Images {
+	for _, img := range plan.Images() {
 		fmt.Fprintf(w, "\n%s\n", img.Name)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		ref, deps := img.Reference(), img.DepsReference()
