@@ -154,6 +154,11 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 		return b
 	}
 	b.Digest = desc.Digest.String()
+	if desc.MediaType == types.DockerManifestSchema1 || desc.MediaType == types.DockerManifestSchema1Signed {
+		b.Err = fmt.Errorf("%s is a Docker schema 1 image (%s), a format registries and container runtimes have dropped, which toa-push does not build on: "+
+			"copy it once into Docker's v2 or OCI's format (`skopeo copy --format v2s2 docker://%s docker://NEW` or `--format oci`) and name the copy, or choose a newer tag", ref, desc.MediaType, source)
+		return b
+	}
 	b.Docker = desc.MediaType == types.DockerManifestList || desc.MediaType == types.DockerManifestSchema2
 	if desc.MediaType.IsIndex() {
 		idx, err := desc.ImageIndex()

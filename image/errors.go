@@ -127,6 +127,27 @@ func (e *ConnectError) Error() string {
 
 func (e *ConnectError) Unwrap() error { return e.Err }
 
+// OutOfReach says whether err is a registry that gave no answer about what was asked: it could
+// not be reached or spoken to, did not answer in time, or answered that it is unavailable (5xx,
+// 429). A registry that answered no (not found, credentials refused, a format toa-push does not
+// take) is not out of reach: what it said holds, and a plan must not be made around it.
+func OutOfReach(err error) bool {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		return retryStatus(terr.StatusCode)
+	}
+	var (
+		access *AccessError
+		conn   *ConnectError
+		nerr   net.Error
+	)
+	if errors.As(err, &access) {
+		return false
+	}
+	return errors.As(err, &conn) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // connectError says why the ping of host failed. go-containerregistry tries HTTPS and, where
 // plain HTTP is allowed, HTTP too; the TLS failure is the one that tells the user what is
 // wrong, not the HTTP attempt's "400 Bad Request" from a TLS server.

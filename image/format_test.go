@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"errors"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 // memoryBase is a small base in the format given: the manifest's, the config's and the layers'
@@ -235,4 +237,30 @@ func (d refusingDestination) Index(context.Context, string) (v1.ImageIndex, erro
 func (d refusingDestination) Write(context.Context, string, v1.ImageIndex) (Sent, error) {
 	d.t.Error("the destination was written to")
 	return Sent{}, nil
+}
+
+// A Docker schema 1 base (what registries served before 2017, and some old mirrors still hold)
+// is refused when it is resolved, in words that say what to do, not go-containerregistry's.
+func TestSchema1BaseIsRefused(t *testing.T) {
+	addr := harness.MemoryRegistry(t)
+	manifest := `{"schemaVersion":1,"name":"bases/old","tag":"1","architecture":"amd64","fsLayers":[],"history":[]}`
+	req, err := http.NewRequest(http.MethodPut, "http://"+addr+"/v2/bases/old/manifests/1", strings.NewReader(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", string(types.DockerManifestSchema1Signed))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT the schema 1 manifest: %s", resp.Status)
+	}
+	err = resolveErr(t, addr+"/bases/old:1")
+	for _, want := range []string{"is a Docker schema 1 image", "skopeo copy --format v2s2"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
 }

@@ -469,3 +469,42 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 		t.Errorf("a push with the base out of reach: %v", err)
 	}
 }
+
+// A base whose registry answers that it is gone is not planned from the cache: the registry said
+// something, and the plan fails with it instead of pinning what the tag used to be.
+func TestPlanWithTheBaseGone(t *testing.T) {
+	addr, _, _ := registry(t)
+	dir := copyApp(t, "pushed", addr)
+	cache := t.TempDir()
+	ctx := context.Background()
+	if _, err := Plan(ctx, dir, "default", testOptions(t, WithCacheDir(cache), WithKustomization(filepath.Join(t.TempDir(), "deployment")))...); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodDelete, "http://"+addr+"/v2/bases/node/manifests/test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("DELETE the base's tag: %s", resp.Status)
+	}
+
+	var warnings []string
+	k := filepath.Join(t.TempDir(), "deployment")
+	_, err = Plan(ctx, dir, "default", testOptions(t, WithCacheDir(cache), WithKustomization(k),
+		WithWarnings(func(w string) { warnings = append(warnings, w) }))...)
+	var notWritten *NotWrittenError
+	if !errors.As(err, &notWritten) || !strings.Contains(err.Error(), "/bases/node:test: not found (404 Not Found)") || notWritten.Hint != "" {
+		t.Errorf("a base the registry no longer has: %v", err)
+	}
+	if w := strings.Join(warnings, "\n"); strings.Contains(w, "planned from its digests") {
+		t.Errorf("planned from the cache:\n%s", w)
+	}
+	if _, err := os.Stat(k); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a kustomization was written: %v", err)
+	}
+}

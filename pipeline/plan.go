@@ -160,7 +160,9 @@ func resolveBases(ctx context.Context, app *toa.Application, spec image.PlanOpti
 			}
 			continue
 		}
-		if !o.planning {
+		// Only a base whose registry gave no answer is planned from the cache: one it answered
+		// about (not found, refused) has changed, and the plan fails with what it said.
+		if !o.planning || !image.OutOfReach(bases[i].Err) {
 			continue
 		}
 		cached, when := cache.Load(ref)
@@ -207,7 +209,9 @@ func pins(p *Planned, digests map[string]string) ([]types.Image, error) {
 			if b := p.bases[img.Base]; b != nil && b.Err != nil {
 				e.Why = fmt.Sprintf("the tag of %s is not known", img.Name)
 				e.Err = &image.RegistryError{What: b.String(), Err: b.Err, Need: "to plan the tag of " + img.Name}
-				e.Hint = fmt.Sprintf("a plan that reaches it keeps its digests in the cache (%s), and a later plan without it plans from them", image.NewBaseCache(p.cacheDir).Dir())
+				if image.OutOfReach(b.Err) {
+					e.Hint = fmt.Sprintf("a plan that reaches it keeps its digests in the cache (%s), and a later plan without it plans from them", image.NewBaseCache(p.cacheDir).Dir())
+				}
 			}
 			return nil, e
 		}
