@@ -45,8 +45,11 @@ func TestUnified(t *testing.T) {
 // What Unified writes, GNU patch reads: applied to a, it gives b, for random texts.
 func TestUnifiedPatches(t *testing.T) {
 	patch, err := exec.LookPath("patch")
+	if err != nil && testing.Short() {
+		t.Skip("-short: no patch(1) on this machine")
+	}
 	if err != nil {
-		t.Skip("no patch(1) on this machine")
+		t.Fatal("no patch(1) on this machine: testdata/readers/install.sh (make test) installs it")
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	random := func() []string {

@@ -3,7 +3,8 @@
 # skopeo (containers/image) and umoci (opencontainers' image tools), which the end-to-end tests
 # run on every image toa-push writes (internal/harness/readers.go), and podman with runc, which
 # one test uses to run an image. podman runs with `--runtime runc`: crun, its default, did not
-# start a container on the machines this was written on. Nothing here starts a service.
+# start a container on the machines this was written on. GNU patch reads the unified diffs
+# toa-apply --diff writes (rollout's TestUnifiedPatches). Nothing here starts a service.
 # Idempotent: a second run checks and returns.
 set -euo pipefail
 
@@ -14,7 +15,7 @@ as_root() {
   fi
 }
 
-packages=(skopeo umoci podman runc)
+packages=(skopeo umoci podman runc patch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
