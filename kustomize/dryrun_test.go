@@ -55,7 +55,7 @@ func TestServerSideDryRun(t *testing.T) {
 	defer cancel()
 	for _, dir := range dirs {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			objects, err := Render(filesys.MakeFsOnDisk(), dir)
+			objects, err := Render(context.Background(), filesys.MakeFsOnDisk(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}

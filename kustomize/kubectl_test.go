@@ -2,6 +2,7 @@ package kustomize
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -31,7 +32,7 @@ func TestKubectlKustomizeAgrees(t *testing.T) {
 				t.Fatalf("%s kustomize %s: %v\n%s", kubectl, dir, err, stderr.String())
 			}
 			theirs := canonical(t, decodeStream(t, stdout.Bytes()))
-			objects, err := Render(filesys.MakeFsOnDisk(), dir)
+			objects, err := Render(context.Background(), filesys.MakeFsOnDisk(), dir)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package kustomize
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ func writtenDirs(t *testing.T) []string {
 // A user's overlay of the folder toa-push writes: another namespace, a patch of each kind, a
 // label of its own. It renders, and the selectors stay as the chart has them.
 func TestOverlay(t *testing.T) {
-	objects, err := Render(filesys.MakeFsOnDisk(), filepath.Join("testdata", "overlay"))
+	objects, err := Render(context.Background(), filesys.MakeFsOnDisk(), filepath.Join("testdata", "overlay"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestSort(t *testing.T) {
 func TestRenderRefusesABrokenKustomization(t *testing.T) {
 	fs := filesys.MakeFsInMemory()
 	fs.WriteFile("/k/kustomization.yaml", []byte("resources: [missing.yaml]\n"))
-	_, err := Render(fs, "/k")
+	_, err := Render(context.Background(), fs, "/k")
 	if !fault.IsInput(err) || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("%v", err)
 	}

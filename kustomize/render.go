@@ -6,11 +6,14 @@ package kustomize
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -18,14 +21,33 @@ import (
 )
 
 // Render renders the kustomization in dir of fs, as `kubectl kustomize dir` does, and returns
-// its objects in the order they are applied (see Sort). fs is filesys.MakeFsOnDisk() for a
-// user's folder and filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a
-// *fault.Input: the user's input.
-func Render(fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(fs, dir)
-	if err != nil {
-		return nil, &fault.Input{File: dir, Message: "kustomize: " + err.Error()}
+// its objects in the order they are applied (see Sort). fs is OnDisk() for a user's folder and
+// filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a *fault.Input: the
+// user's input. Rendering ends when ctx does (a *fault.Timeout): kustomize takes no context, and
+// an overlay may name a remote resource, which it fetches with no bound of its own.
+func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
+	type rendered struct {
+		m   resmap.ResMap
+		err error
+	}
+	done := make(chan rendered, 1)
+	go func() { // left behind when ctx ends first: the command exits with the timeout
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+		done <- rendered{m, err}
+	}()
+	var m resmap.ResMap
+	select {
+	case r := <-done:
+		if r.err != nil {
+			var input *fault.Input
+			if errors.As(r.err, &input) {
+				return nil, input // a file OnDisk refused: its own words name it
+			}
+			return nil, &fault.Input{File: dir, Message: "kustomize: " + r.err.Error()}
+		}
+		m = r.m
+	case <-ctx.Done():
+		return nil, fault.TimedOut(fmt.Errorf("render %s: kustomize did not finish (%w): does it name a remote resource (a URL, a git repository) that does not answer?", dir, context.Cause(ctx)))
 	}
 	out := make([]*unstructured.Unstructured, 0, m.Size())
 	for _, r := range m.Resources() {

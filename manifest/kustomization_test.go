@@ -245,7 +245,7 @@ func renderInMemory(t *testing.T, dir string) []*unstructured.Unstructured {
 			t.Fatal(err)
 		}
 	}
-	objects, err := kustomize.Render(fs, "/deployment")
+	objects, err := kustomize.Render(context.Background(), fs, "/deployment")
 	if err != nil {
 		t.Fatal(err)
 	}

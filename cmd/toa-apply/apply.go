@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
@@ -105,13 +104,22 @@ func (c *applyCommand) wait(ctx context.Context, cfg *rest.Config, res *rollout.
 	return rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
 }
 
-// objects are the kustomization's, rendered in memory.
-func (c *applyCommand) objects() ([]*unstructured.Unstructured, error) {
+// objects are the kustomization's, rendered in memory, within --timeout.
+func (c *applyCommand) objects(ctx context.Context) ([]*unstructured.Unstructured, error) {
 	dir := c.dir()
 	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
 		return nil, fault.BadInput(fmt.Errorf("%s is not a folder: give the kustomization's folder, the one toa-push -k wrote (default: deployment)", dir))
 	}
-	return kustomize.Render(filesys.MakeFsOnDisk(), dir)
+	if _, ok := ctx.Deadline(); !ok && c.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
+	}
+	objects, err := kustomize.Render(ctx, kustomize.OnDisk(), dir)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("%w (--timeout %s)", err, c.Timeout)
+	}
+	return objects, err
 }
 
 // cluster loads the client configuration as kubectl does: --kubeconfig, else KUBECONFIG, else

@@ -70,7 +70,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	}
 	switch {
 	case c.Render:
-		return c.render(c.stdout())
+		return c.render(ctx, c.stdout())
 	case c.History:
 		return c.history(ctx, c.stdout())
 	case c.Diff:
@@ -112,8 +112,8 @@ func (c *applyCommand) dir() string {
 }
 
 // render prints the kustomization rendered, in the order it is applied.
-func (c *applyCommand) render(w io.Writer) error {
-	objects, err := c.objects()
+func (c *applyCommand) render(ctx context.Context, w io.Writer) error {
+	objects, err := c.objects(ctx)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func (c *applyCommand) printJSON(w io.Writer, v any) {
 // --rollback a recorded revision.
 func (c *applyCommand) source(ctx context.Context, cfg *rest.Config, namespace string) ([]*unstructured.Unstructured, string, error) {
 	if !c.Rollback {
-		objects, err := c.objects()
+		objects, err := c.objects(ctx)
 		return objects, "apply", err
 	}
 	set, err := c.application(ctx, cfg, namespace)
@@ -99,7 +99,7 @@ func (c *applyCommand) application(ctx context.Context, cfg *rest.Config, namesp
 		return rollout.NewSet(c.Name, namespace), nil
 	}
 	if info, err := os.Stat(c.dir()); err == nil && info.IsDir() {
-		objects, err := c.objects()
+		objects, err := c.objects(ctx)
 		if err != nil {
 			return rollout.Set{}, err
 		}
