@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // Annotations of the entries of a layout's index.json.
@@ -227,7 +228,7 @@ func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent
 
 // entries reads index.json's descriptors; l.mu is held, or l is not shared yet.
 func (l *Layout) entries() ([]v1.Descriptor, error) {
-	data, err := os.ReadFile(filepath.Join(l.dir, "index.json"))
+	data, err := toa.ReadFile(filepath.Join(l.dir, "index.json"), toa.MaxLockSize)
 	if err != nil {
 		return nil, fmt.Errorf("read the OCI layout %s: %w", l.dir, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/kustomize"
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // ContextLabel is the label every object of an application carries: the Toa context's name.
@@ -209,7 +210,7 @@ func ReadKustomization(dir string) (map[string][]byte, *types.Kustomization, err
 		if !e.Type().IsRegular() {
 			return nil, nil, &fault.Input{File: filepath.Join(dir, e.Name()), Message: "is not a file, and toa-push writes only files into a kustomization"}
 		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		data, err := toa.ReadFile(filepath.Join(dir, e.Name()), toa.MaxLockSize)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read the kustomization in %s: %w", dir, err)
 		}
