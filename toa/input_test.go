@@ -2,6 +2,7 @@ package toa
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,10 +255,26 @@ func TestSyntaxErrorLines(t *testing.T) {
 		{"a: 1\nb: \"x\\qy\"\n", "f.yaml:2: is not valid YAML: found unknown escape character\n  in double quotes a backslash starts an escape: write \\\\ for a backslash, or use single quotes"},
 		{"a: 1\nb: 'x\n", "f.yaml:2: is not valid YAML: found unexpected end of stream\n  a quote or a bracket opened on this line is not closed"},
 	}
+	// The same mistakes deep in a file near the 1 MiB limit: the line is still the mistake's.
+	var long strings.Builder
+	long.WriteString("a:\n")
+	for i := 0; long.Len() < 900<<10; i++ {
+		fmt.Fprintf(&long, "  key%d: a value of some length, number %d\n", i, i)
+	}
+	lines := strings.Count(long.String(), "\n")
+	cases = append(cases,
+		struct{ yaml, want string }{long.String() + "  bad: [open\nafter: 1\n",
+			fmt.Sprintf("f.yaml:%d: is not valid YAML: did not find expected ',' or ']'", lines+1) + indentation},
+		struct{ yaml, want string }{long.String() + " d: 2\n",
+			fmt.Sprintf("f.yaml:%d: is not valid YAML: did not find expected key", lines+1) + indentation})
 	for _, c := range cases {
+		start := time.Now()
 		_, err := parseYAML("f.yaml", []byte(c.yaml))
 		if err == nil || err.Error() != c.want {
-			t.Errorf("%q:\ngot  %v\nwant %s", c.yaml, err, c.want)
+			t.Errorf("%.40q:\ngot  %v\nwant %s", c.yaml, err, c.want)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%.40q: took %s", c.yaml, took)
 		}
 	}
 }

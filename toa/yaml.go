@@ -106,7 +106,7 @@ func notAllowedInYAML(r rune) bool {
 // a hint for the mistakes that are not of indentation.
 func syntaxError(path string, data []byte, err error) error {
 	msg, line := splitSyntaxError(err)
-	if at := problemLine(data, msg); at > 0 {
+	if at := problemLine(data, msg, line); at > 0 {
 		line = at
 	}
 	hint := "check the indentation of this line and of the one above it"
@@ -128,8 +128,6 @@ func syntaxError(path string, data []byte, err error) error {
 	return &fault.Input{File: path, Line: line, Message: "is not valid YAML: " + msg, Hint: hint}
 }
 
-const maxSearched = 64 << 10
-
 func splitSyntaxError(err error) (string, int) {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line := 0
@@ -142,12 +140,10 @@ func splitSyntaxError(err error) (string, int) {
 // problemLine finds the line of a syntax error: the first line after which the file, cut there,
 // fails with the same message. The YAML library gives the line where the block or flow around the
 // problem starts, and for the parser's errors one less than that, counted from 0: "line 3" for a
-// mistake on line 6. The search parses the file's beginning log2(lines) times, so it is done for
-// files of up to maxSearched bytes (a real Toa file is a few KiB); 0 when no cut fails alike.
-func problemLine(data []byte, msg string) int {
-	if len(data) > maxSearched {
-		return 0
-	}
+// mistake on line 6. So the search starts a line above the library's and gallops down (1, 2, 4
+// lines further) until a cut fails alike, then halves the last step: a few parses of the file's
+// beginning, where a search of the whole file would take log2(lines). 0 when no cut fails alike.
+func problemLine(data []byte, msg string, reported int) int {
 	var ends []int
 	for i, b := range data {
 		if b == '\n' {
@@ -166,11 +162,27 @@ func problemLine(data []byte, msg string) int {
 		m, _ := splitSyntaxError(err)
 		return m == msg
 	}
-	found := sort.Search(len(ends), func(i int) bool { return failsAlike(i + 1) })
-	if found == len(ends) {
-		return 0
+	// first is the first line in (after, upto] whose cut fails alike, or 0.
+	first := func(after, upto int) int {
+		i := sort.Search(upto-after, func(i int) bool { return failsAlike(after + i + 1) })
+		if i == upto-after {
+			return 0
+		}
+		return after + i + 1
 	}
-	return found + 1
+	start := min(max(reported-1, 1), len(ends))
+	if failsAlike(start) { // the library's line was not above the mistake after all
+		return first(0, start)
+	}
+	after := start
+	for step := 1; after < len(ends); step *= 2 {
+		upto := min(after+step, len(ends))
+		if failsAlike(upto) {
+			return first(after, upto)
+		}
+		after = upto
+	}
+	return 0
 }
 
 // lineText is the 1-based line n of data.
