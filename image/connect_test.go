@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
@@ -321,6 +322,35 @@ func TestPushToRegistryWithCredentials(t *testing.T) {
 	for i, img := range again.Images {
 		if img.Built || img.Digest != res.Images[i].Digest {
 			t.Errorf("%s: the second push built it again or changed it: %+v", img.Name, img)
+		}
+	}
+}
+
+// A config.json that sends a registry's credentials to a helper this machine lacks (one copied
+// from a laptop, naming Docker Desktop's store) is bad input naming the file, the helper and the
+// way out, not the credential client's exec error alone.
+func TestCredentialHelperNotInstalled(t *testing.T) {
+	addr := harness.MemoryRegistry(t)
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker"))
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	config := filepath.Join(home, ".docker", "config.json")
+	for _, tc := range []struct{ config, helper string }{
+		{`{"credsStore":"toa-missing"}`, "the credential store docker-credential-toa-missing (credsStore in " + config + ")"},
+		{fmt.Sprintf(`{"credHelpers":{%q:"toa-missing"}}`, addr), "the credential helper docker-credential-toa-missing (credHelpers in " + config + ")"},
+	} {
+		writeConfig(t, config, tc.config)
+		err := resolveErr(t, addr+"/bases/node:20")
+		if fault.ClassOf(err) != fault.ClassInput {
+			t.Errorf("%s: class %v, want bad input: %v", tc.config, fault.ClassOf(err), err)
+		}
+		for _, want := range []string{config, "sends the credentials of " + addr + " to " + tc.helper + ", which is not installed here", "docker login " + addr} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the error lacks %q:\n%v", tc.config, want, err)
+			}
 		}
 	}
 }

@@ -3,13 +3,17 @@ package image
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // credentials finds a registry's credentials with a keychain (Docker's config file and its
@@ -30,6 +34,13 @@ type found struct {
 
 func (c credentials) resolve(ctx context.Context, repo name.Repository) (found, error) {
 	auth, err := authn.Resolve(ctx, c.keychain, repo)
+	if err != nil && !c.custom && helperMissing(err) {
+		// Common when a config.json comes from a laptop: it names Docker Desktop's store.
+		file, _ := dockerConfigFile()
+		return found{}, &fault.Input{File: file, Message: fmt.Sprintf("sends the credentials of %s to %s, which is not installed here (%v)",
+			repo.RegistryStr(), credentialSource(file, repo.RegistryStr()), err),
+			Hint: "install that credential helper on this machine, or remove the entry from the file and log in with `docker login " + repo.RegistryStr() + "`", Err: err}
+	}
 	if err != nil {
 		return found{}, fmt.Errorf("find the credentials of %s: %w", repo.RegistryStr(), err)
 	}
@@ -44,6 +55,12 @@ func (c credentials) resolve(ctx context.Context, repo name.Repository) (found, 
 		return found{auth: auth, looked: looked}, nil
 	}
 	return found{auth: auth, source: credentialSource(file, repo.RegistryStr())}, nil
+}
+
+// helperMissing says whether err is a credential helper's program not found on PATH. Docker's
+// credential client keeps only the words of the exec error, not the error.
+func helperMissing(err error) bool {
+	return errors.Is(err, exec.ErrNotFound) || strings.Contains(err.Error(), "executable file not found")
 }
 
 // dockerConfigFile is the file go-containerregistry's default keychain reads: Docker's
