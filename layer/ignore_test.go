@@ -10,7 +10,8 @@ import (
 )
 
 // The manifest's `ignore` leaves files and folders out of the sources; files that usually hold
-// secrets and go in are named in a warning, with the manifest to list them in.
+// secrets and go in are named by Secrets, with the manifest to list them in, and the ones left
+// out are not.
 func TestSourcesIgnoreAndSecrets(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "one")
 	for name, content := range map[string]string{
@@ -37,12 +38,15 @@ func TestSourcesIgnoreAndSecrets(t *testing.T) {
 	layerOf := func(ignore toa.Ignore) ([]entry, string) {
 		t.Helper()
 		c.Ignore = ignore
-		warnings := &collect{}
-		l, err := Sources(c, WithCacheDir(t.TempDir()), WithWarnings(warnings.warn))
+		l, err := Sources(c, WithCacheDir(t.TempDir()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return entries(t, l), warnings.String()
+		warned, err := Secrets(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries(t, l), warned
 	}
 	const base = "composition/dummies-one/"
 

@@ -2,8 +2,8 @@ package layer
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -24,8 +24,7 @@ var excluded = map[string]bool{"node_modules": true, ".git": true, ".npmrc": tru
 // Sources is the layer of one component's sources: its folder as /composition/<label>/, without
 // node_modules, .git and .npmrc at any depth nor what its manifest's `ignore` leaves out
 // (c.Ignore), with the package.json Toa declares (c.Declared()) when the component has none.
-// Files whose names usually hold secrets (.env, private keys) that go into it are named in a
-// warning (WithWarnings). The layer is written when one of its methods is first called,
+// The layer is written when one of its methods is first called,
 // into the cache (WithCacheDir), in one pass; the methods return the error of that pass. The
 // bytes depend only on the files' names, contents, symlink targets and execute bits, the
 // component's label and the epoch (WithEpoch, SOURCE_DATE_EPOCH): the same in any folder.
@@ -69,26 +68,50 @@ func SourcesOf(components []*toa.Component, opts ...Option) (v1.Layer, error) {
 	return &lazyLayer{mediaType: o.mediaType, write: func() (*fileLayer, error) {
 		return o.writeLayer(func(w *tarWriter) error {
 			for _, c := range sorted {
-				var secrets []string
-				tree := treeOptions{skip: excluded, ignore: c.Ignore.Match, seen: func(rel string) {
-					if secretName(path.Base(rel)) {
-						secrets = append(secrets, rel)
-					}
-				}}
+				tree := treeOptions{skip: excluded, ignore: c.Ignore.Match}
 				if c.PackageJSON == "" {
 					tree.extra = map[string][]byte{"package.json": c.Declared()}
 				}
 				if err := w.tree(c.Path, Root+"/"+c.Locator.Label, tree); err != nil {
 					return fmt.Errorf("write the sources of %s: %w", c.Locator.ID, err)
 				}
-				if len(secrets) > 0 {
-					o.warn(fmt.Sprintf("%s: %s %s in its sources and go into its image; files of these names usually hold secrets: list them under `ignore:` in %s to leave them out, or remove them",
-						c.Locator.ID, strings.Join(secrets, ", "), plural(len(secrets), "is", "are"), fault.DisplayPath(c.Manifest)))
-				}
 			}
 			return nil
 		})
 	}}, nil
+}
+
+// Secrets says which files of c's sources, as Sources writes them, usually hold secrets by their
+// names (.env, private keys), in a warning that says how to leave them out; "" when none. It reads
+// the folder's names only, so that toa-push says it on every run, --plan included, before anything
+// is built.
+func Secrets(c *toa.Component) (string, error) {
+	var found []string
+	err := filepath.WalkDir(c.Path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == c.Path {
+			return err
+		}
+		rel, err := filepath.Rel(c.Path, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if excluded[d.Name()] || c.Ignore.Match(rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() && secretName(d.Name()) {
+			found = append(found, rel)
+		}
+		return nil
+	})
+	if err != nil || len(found) == 0 {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %s %s in its sources and %s into its image; files of these names usually hold secrets: list them under `ignore:` in %s to leave them out, or remove them",
+		c.Locator.ID, strings.Join(found, ", "), plural(len(found), "is", "are"), plural(len(found), "goes", "go"), fault.DisplayPath(c.Manifest)), nil
 }
 
 // secretName says whether a file's name is one that usually holds a secret: dotenv files (.env,

@@ -109,8 +109,6 @@ type treeOptions struct {
 	ignore func(rel string) bool
 	// extra are files written at the root of the tree unless the tree has a file of that name.
 	extra map[string][]byte
-	// seen, when set, is told of every file written, by its path relative to the tree's root.
-	seen func(rel string)
 }
 
 // tree writes the folder src under the name dst: dst itself, then everything in it, recursively.
@@ -182,9 +180,6 @@ func (w *tarWriter) walk(src, dst, rel string, o treeOptions) error {
 		case t.IsRegular():
 			if err := w.regular(from, to); err != nil {
 				return err
-			}
-			if o.seen != nil {
-				o.seen(path.Join(rel, e.name))
 			}
 		}
 	}

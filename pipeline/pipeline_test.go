@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -506,5 +507,53 @@ func TestPlanWithTheBaseGone(t *testing.T) {
 	}
 	if _, err := os.Stat(k); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a kustomization was written: %v", err)
+	}
+}
+
+// A file that usually holds a secret in a component's sources is named by every run, --plan
+// included, once, before anything is built; one the manifest's ignore leaves out is not.
+func TestSecretsNamedByEveryRun(t *testing.T) {
+	addr, _, _ := registry(t)
+	dir := copyApp(t, "pushed", addr)
+	orders := filepath.Join(dir, "components", "shop.orders")
+	if err := os.WriteFile(filepath.Join(orders, ".env"), []byte("TOKEN=secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, run := range []struct {
+		name string
+		do   func(...Option) ([]string, error)
+	}{
+		{"plan", func(opts ...Option) ([]string, error) {
+			r, err := Plan(ctx, dir, "default", opts...)
+			if err != nil {
+				return nil, err
+			}
+			return r.Warnings, nil
+		}},
+		{"push", func(opts ...Option) ([]string, error) {
+			_, err := Push(ctx, dir, "default", opts...)
+			return nil, err
+		}},
+	} {
+		var warnings []string
+		planned, err := run.do(testOptions(t, WithKustomization(filepath.Join(t.TempDir(), "deployment")),
+			WithWarnings(func(w string) { warnings = append(warnings, w) }))...)
+		if err != nil {
+			t.Fatalf("%s: %v", run.name, err)
+		}
+		const want = "shop.orders: .env is in its sources and goes into its image"
+		named := 0
+		for _, w := range warnings {
+			if strings.Contains(w, want) {
+				named++
+			}
+		}
+		if named != 1 {
+			t.Errorf("%s: named %d times: %q", run.name, named, warnings)
+		}
+		if run.name == "plan" && !slices.ContainsFunc(planned, func(w string) bool { return strings.Contains(w, want) }) {
+			t.Errorf("the plan's warnings lack it: %q", planned)
+		}
 	}
 }

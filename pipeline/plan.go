@@ -24,7 +24,8 @@ type Planned struct {
 	App     *toa.Application
 	Plan    *image.Plan
 	Objects []manifest.Object
-	// Warnings are the application's and the plan's, in that order.
+	// Warnings are the application's, its sources' (files that usually hold secrets) and the
+	// plan's, in that order.
 	Warnings []string
 
 	toolchain layer.Toolchain
@@ -49,7 +50,12 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range app.Warnings {
+	warnings, err := secrets(app)
+	if err != nil {
+		return nil, err
+	}
+	warnings = append(slices.Clone(app.Warnings), warnings...)
+	for _, w := range warnings {
 		o.warn(w)
 	}
 	if err := image.Check(app, o.mono); err != nil {
@@ -80,7 +86,23 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	}
 	return &Planned{App: app, Plan: plan, Objects: objects, toolchain: tools, runner: runner, epoch: epoch,
 		bases: spec.Bases, cacheDir: o.cacheDir,
-		Warnings: append(slices.Clone(app.Warnings), plan.Warnings()...)}, nil
+		Warnings: append(warnings, plan.Warnings()...)}, nil
+}
+
+// secrets are the warnings for files that usually hold secrets in the components' sources: said
+// by every run, --plan included, and before anything is built.
+func secrets(app *toa.Application) ([]string, error) {
+	var out []string
+	for _, c := range app.Components {
+		w, err := layer.Secrets(c)
+		if err != nil {
+			return nil, fmt.Errorf("read the sources of %s: %w", c.Locator.ID, err)
+		}
+		if w != "" {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // dependencies asks the extensions and connectors installed under the context's node_modules
