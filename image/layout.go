@@ -427,9 +427,8 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 	if opts.Events == nil {
 		opts.Events = func(Event) {}
 	}
-	dest := opts.Destination
-	if dest == nil {
-		dest = NewRegistryDestination(opts.Registries)
+	if opts.Destination == nil {
+		opts.Destination = NewRegistryDestination(opts.Registries)
 	}
 	entries, err := l.Entries()
 	if err != nil {
@@ -446,93 +445,117 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 			apps = append(apps, e)
 		}
 	}
-	result := &Result{}
+	lp := &layoutPush{l: l, opts: opts, result: &Result{}}
 	for _, e := range apps {
-		result.Images = append(result.Images, &Pushed{Name: path.Base(e.Repository()), Repository: e.Repository(),
+		lp.result.Images = append(lp.result.Images, &Pushed{Name: path.Base(e.Repository()), Repository: e.Repository(),
 			Tag: e.Tag(), Digest: e.Digest})
 	}
-	var mu sync.Mutex
-	copyAll := func(list []LayoutEntry) error {
-		return parallel(ctx, len(list), opts.Jobs, func(ctx context.Context, i int) error {
-			e := list[i]
-			p := &Pushed{} // a dependencies image counts for the application's image of its repository
-			for _, q := range result.Images {
-				if q.Repository == e.Repository() {
-					p = q
-				}
-			}
-			idx, err := l.index(e.Digest)
-			if err != nil {
-				return err
-			}
-			if err := checkOCI(idx); err != nil {
-				return fault.BadInput(fmt.Errorf("the OCI layout %s holds %s in a form toa-push does not push: %w; write the layout again with this toa-push's --oci-layout", l.dir, e.Reference, err))
-			}
-			if p.Tag == e.Tag() {
-				p.Platforms = platformsOf(idx)
-			}
-			have, err := dest.Digest(ctx, e.Reference)
-			if err != nil {
-				return err
-			}
-			if have == e.Digest {
-				opts.Events(Event{path.Base(e.Repository()), "exists " + e.Reference})
-				return nil
-			}
-			opts.Events(Event{path.Base(e.Repository()), "pushing " + e.Reference})
-			sent, err := dest.Write(ctx, e.Reference, idx)
-			mu.Lock()
-			p.BytesSent, p.Requests = p.BytesSent+sent.Bytes, p.Requests+sent.Requests
-			if p.Tag == e.Tag() {
-				p.Copied = true
-			}
-			mu.Unlock()
-			if err != nil {
-				return err
-			}
-			opts.Events(Event{path.Base(e.Repository()), fmt.Sprintf("pushed %s@%s", e.Repository(), e.Digest)})
-			return nil
-		})
-	}
-	if err := copyAll(deps); err != nil {
+	// the dependencies images first, then what is attached to the images the registry lacks, and
+	// the images last: their tags are the last thing written
+	if err := lp.copyAll(ctx, deps); err != nil {
 		return nil, err
 	}
-	// what is attached to the images the registry lacks goes before their tags
-	attachments, err := l.Attachments()
+	if err := lp.attachments(ctx, apps); err != nil {
+		return nil, err
+	}
+	if err := lp.copyAll(ctx, apps); err != nil {
+		return nil, err
+	}
+	return lp.result, nil
+}
+
+// layoutPush is one PushLayout: the layout, where it goes, and what was pushed so far.
+type layoutPush struct {
+	l      *Layout
+	opts   PushOptions
+	mu     sync.Mutex // guards result's counters
+	result *Result
+}
+
+// pushedOf is the application image a layout entry counts for: its own, or for a dependencies
+// image the application's image of its repository.
+func (lp *layoutPush) pushedOf(e LayoutEntry) *Pushed {
+	p := &Pushed{}
+	for _, q := range lp.result.Images {
+		if q.Repository == e.Repository() {
+			p = q
+		}
+	}
+	return p
+}
+
+// copyAll writes the entries the destination lacks, opts.Jobs at once.
+func (lp *layoutPush) copyAll(ctx context.Context, list []LayoutEntry) error {
+	return parallel(ctx, len(list), lp.opts.Jobs, func(ctx context.Context, i int) error {
+		return lp.copy(ctx, list[i])
+	})
+}
+
+func (lp *layoutPush) copy(ctx context.Context, e LayoutEntry) error {
+	p, dest, events := lp.pushedOf(e), lp.opts.Destination, lp.opts.Events
+	idx, err := lp.l.index(e.Digest)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if len(attachments) > 0 {
-		lacking := map[string]bool{}
-		for _, e := range apps {
-			have, err := dest.Digest(ctx, e.Reference)
-			if err != nil {
-				return nil, err
-			}
-			if have != e.Digest {
-				lacking[e.Repository()] = true
+	if err := checkOCI(idx); err != nil {
+		return fault.BadInput(fmt.Errorf("the OCI layout %s holds %s in a form toa-push does not push: %w; write the layout again with this toa-push's --oci-layout", lp.l.dir, e.Reference, err))
+	}
+	if p.Tag == e.Tag() {
+		p.Platforms = platformsOf(idx)
+	}
+	have, err := dest.Digest(ctx, e.Reference)
+	if err != nil {
+		return err
+	}
+	if have == e.Digest {
+		events(Event{path.Base(e.Repository()), "exists " + e.Reference})
+		return nil
+	}
+	events(Event{path.Base(e.Repository()), "pushing " + e.Reference})
+	sent, err := dest.Write(ctx, e.Reference, idx)
+	lp.mu.Lock()
+	p.BytesSent, p.Requests = p.BytesSent+sent.Bytes, p.Requests+sent.Requests
+	if p.Tag == e.Tag() {
+		p.Copied = true
+	}
+	lp.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	events(Event{path.Base(e.Repository()), fmt.Sprintf("pushed %s@%s", e.Repository(), e.Digest)})
+	return nil
+}
+
+// attachments pushes what the layout attaches to the application images the destination lacks,
+// before their tags.
+func (lp *layoutPush) attachments(ctx context.Context, apps []LayoutEntry) error {
+	attachments, err := lp.l.Attachments()
+	if err != nil || len(attachments) == 0 {
+		return err
+	}
+	lacking := map[string]bool{}
+	for _, e := range apps {
+		have, err := lp.opts.Destination.Digest(ctx, e.Reference)
+		if err != nil {
+			return err
+		}
+		if have != e.Digest {
+			lacking[e.Repository()] = true
+		}
+	}
+	for _, a := range attachments {
+		if !lacking[a.Repository()] {
+			continue
+		}
+		for _, p := range lp.result.Images {
+			if p.Repository == a.Repository() {
+				p.Attachments = append(p.Attachments, Attachment{Kind: attachmentKind(a), Digest: a.Digest,
+					MediaType: a.ArtifactType, Reference: a.Reference})
 			}
 		}
-		for _, a := range attachments {
-			if !lacking[a.Repository()] {
-				continue
-			}
-			for _, p := range result.Images {
-				if p.Repository == a.Repository() {
-					p.Attachments = append(p.Attachments, Attachment{Kind: attachmentKind(a), Digest: a.Digest,
-						MediaType: a.ArtifactType, Reference: a.Reference})
-				}
-			}
-		}
-		opts.Events(Event{"attachments", fmt.Sprintf("pushing what is attached to %d images", len(lacking))})
-		if err := pushAttachments(ctx, l, dest, lacking); err != nil {
-			return nil, err
-		}
 	}
-	if err := copyAll(apps); err != nil {
-		return nil, err
-	}
-	return result, nil
+	lp.opts.Events(Event{"attachments", fmt.Sprintf("pushing what is attached to %d images", len(lacking))})
+	return pushAttachments(ctx, lp.l, lp.opts.Destination, lacking)
 }
 
 func platformsOf(idx v1.ImageIndex) []string {
