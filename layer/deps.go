@@ -77,80 +77,70 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 		return nil, err
 	}
 	o.checkArguments()
-
-	lockPath := c.PackageLock
-	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
-		lockPath = shrinkwrap
+	inputs, err := o.readInputs(c, pkg, pkgData)
+	if err != nil {
+		return nil, err
 	}
-	var lockData []byte
-	if lockPath != "" {
-		if lockData, err = toa.ReadFile(lockPath, toa.MaxLockSize); err != nil {
+	return o.run(ctx, in, inputs.job(c, in))
+}
+
+// depsInputs are what npm reads to install a component's dependencies: all of them are in the
+// layer's cache key.
+type depsInputs struct {
+	pkgData  []byte
+	lockPath string // package-lock.json, npm-shrinkwrap.json, or "" without a lockfile
+	lockData []byte
+	npmrc    string
+	locals   []string // the local packages (file: dependencies) it installs
+}
+
+func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
+	d := &depsInputs{pkgData: pkgData, lockPath: c.PackageLock}
+	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
+		d.lockPath = shrinkwrap
+	}
+	var err error
+	if d.lockPath != "" {
+		if d.lockData, err = toa.ReadFile(d.lockPath, toa.MaxLockSize); err != nil {
 			return nil, err
 		}
 	} else {
 		o.warn(fmt.Sprintf("%s has no package-lock.json: npm install resolves its dependencies anew, so its images are not reproducible; run `npm install` in %s and commit package-lock.json",
 			c.Locator.ID, c.Path))
 	}
-	npmrc, err := o.projectNpmrc(c)
-	if err != nil {
+	if d.npmrc, err = o.projectNpmrc(c); err != nil {
 		return nil, err
 	}
-	locals := localDependencies(c.Path, pkg, lockData)
+	d.locals = localDependencies(c.Path, pkg, d.lockData)
+	return d, nil
+}
 
+// job is the install of c's dependencies from these inputs, for the install in.
+func (d *depsInputs) job(c *toa.Component, in *install) job {
 	key := newKey("dependencies")
 	key.field("label", c.Locator.Label)
-	key.field("package.json", string(pkgData))
-	key.field(filepath.Base(lockPath), string(lockData))
-	for _, l := range locals {
+	key.field("package.json", string(d.pkgData))
+	key.field(filepath.Base(d.lockPath), string(d.lockData))
+	for _, l := range d.locals {
 		key.field("local "+l, hashLocal(l))
 	}
 	// the component's own path under the staging root, so that relative `file:` paths find
 	// their mirrors there
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
-	return o.run(ctx, in, job{
+	return job{
 		kind:      "deps",
 		what:      "the dependencies of " + c.Locator.ID,
 		key:       key,
-		npmrc:     npmrc,
+		npmrc:     d.npmrc,
 		cacheable: true,
-		stage: func(staging string) (string, []string, error) {
-			dir := dirIn(staging)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return "", nil, err
-			}
-			if err := mirror(staging, dir, locals); err != nil {
-				return "", nil, err
-			}
-			files := map[string][]byte{"package.json": pkgData}
-			if lockPath != "" {
-				files[filepath.Base(lockPath)] = lockData
-			}
-			if npmrc != "" {
-				files[".npmrc"] = []byte(npmrc)
-			}
-			for name, data := range files {
-				if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-					return "", nil, err
-				}
-			}
-			if lockPath == "" {
-				return dir, []string{"install", "--prefix=" + dir, "--install-links"}, nil
-			}
-			// The lockfile pins every package by name, version and integrity, so what npm's
-			// cache holds for it cannot be stale: npm takes it from the cache without asking
-			// the registry first, and installs with no registry in reach when the cache has it
-			// all (npm's default asks, and falls back to the cache only after its retries,
-			// minutes later). npm's own offline=true still turns every cache miss into an
-			// error instead of a request.
-			return dir, []string{"ci", "--prefix=" + dir, "--install-links", "--prefer-offline"}, nil
-		},
+		stage:     func(staging string) (string, []string, error) { return d.stage(staging, dirIn(staging)) },
 		failed: func(out string) error {
 			if !strings.Contains(out, "can only install packages when your package.json and package-lock.json") {
 				return nil
 			}
-			return &fault.Input{File: lockPath, Err: ErrLockfileOutOfSync,
+			return &fault.Input{File: d.lockPath, Err: ErrLockfileOutOfSync,
 				Message: "is out of sync with package.json" + missing(out),
-				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(lockPath))}
+				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(d.lockPath))}
 		},
 		modules: func(staging string) string { return filepath.Join(dirIn(staging), "node_modules") },
 		native:  func(natives []nativePackage) error { return nativeError(c.PackageJSON, "", in, natives) },
@@ -162,7 +152,39 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 			}
 			return w.tree(modules, dst, treeOptions{skip: installedExcluded})
 		},
-	})
+	}
+}
+
+// stage writes the component's package files into dir under the staging root, with its local
+// packages mirrored, and says how npm installs there.
+func (d *depsInputs) stage(staging, dir string) (string, []string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	if err := mirror(staging, dir, d.locals); err != nil {
+		return "", nil, err
+	}
+	files := map[string][]byte{"package.json": d.pkgData}
+	if d.lockPath != "" {
+		files[filepath.Base(d.lockPath)] = d.lockData
+	}
+	if d.npmrc != "" {
+		files[".npmrc"] = []byte(d.npmrc)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return "", nil, err
+		}
+	}
+	if d.lockPath == "" {
+		return dir, []string{"install", "--prefix=" + dir, "--install-links"}, nil
+	}
+	// The lockfile pins every package by name, version and integrity, so what npm's cache holds
+	// for it cannot be stale: npm takes it from the cache without asking the registry first, and
+	// installs with no registry in reach when the cache has it all (npm's default asks, and falls
+	// back to the cache only after its retries, minutes later). npm's own offline=true still turns
+	// every cache miss into an error instead of a request.
+	return dir, []string{"ci", "--prefix=" + dir, "--install-links", "--prefer-offline"}, nil
 }
 
 // installedExcluded are left out of what npm installs: configuration that may hold credentials,
