@@ -75,32 +75,63 @@ func (c *Component) readConnectors(m field) error {
 	if err := c.readStorage(m); err != nil {
 		return err
 	}
-	// the component's bindings: amqp unless it says; `bindings: ~` is none at all
-	defaults := []string{DefaultBinding}
-	if f, ok := m.child("bindings"); ok {
-		if f.isNull() {
-			defaults = nil
-		} else {
-			list, err := f.strings(1, true, "list binding packages, like [amqp]")
-			if err != nil {
-				return err
-			}
-			defaults = resolveBindings(list)
-		}
-	}
-	var bindings []string
-	add := func(b ...string) {
-		for _, x := range b {
-			if indexOf(bindings, x) < 0 {
-				bindings = append(bindings, x)
-			}
-		}
+	defaults, err := defaultBindings(m)
+	if err != nil {
+		return err
 	}
 	bridge, err := m.optStr("bridge")
 	if err != nil {
 		return err
 	}
 	code := bridge == "" || resolveShortcut(bridge, contextShortcut) == NodeBridge
+	var bindings bindingList
+	if err := c.readOperations(m, code, defaults, &bindings); err != nil {
+		return err
+	}
+	// an event's binding, where it names none, is the component's first asynchronous one: amqp
+	eventBinding := ""
+	if len(defaults) > 0 {
+		eventBinding = defaults[0]
+	}
+	if err := c.readEvents(m, code, eventBinding, &bindings); err != nil {
+		return err
+	}
+	c.Bindings = bindings
+	return c.readReceivers(m, code)
+}
+
+// bindingList is the component's bindings, each once, in the order they were first named.
+type bindingList []string
+
+func (l *bindingList) add(bindings ...string) {
+	for _, b := range bindings {
+		if indexOf(*l, b) < 0 {
+			*l = append(*l, b)
+		}
+	}
+}
+
+// defaultBindings are the bindings of an operation that names none: amqp unless the component's
+// `bindings` says otherwise; `bindings: ~` is none at all.
+func defaultBindings(m field) ([]string, error) {
+	f, ok := m.child("bindings")
+	switch {
+	case !ok:
+		return []string{DefaultBinding}, nil
+	case f.isNull():
+		return nil, nil
+	}
+	list, err := f.strings(1, true, "list binding packages, like [amqp]")
+	if err != nil {
+		return nil, err
+	}
+	return resolveBindings(list), nil
+}
+
+// readOperations reads the operations the manifest declares (a virtual one dropped, as Toa drops
+// it), then those of the node bridge's code and of the entity's prototype, and the bindings that
+// expose them.
+func (c *Component) readOperations(m field, code bool, defaults []string, bindings *bindingList) error {
 	if ops, ok := m.child("operations"); ok && !ops.isNull() {
 		names, err := ops.mapping(nil, "`operations` maps an operation's name to its declaration")
 		if err != nil {
@@ -109,13 +140,13 @@ func (c *Component) readConnectors(m field) error {
 		for _, name := range names {
 			op, _ := ops.child(name)
 			if virtual, ok := op.child("virtual"); ok && virtual.node.Value == "true" {
-				continue // Toa drops a virtual operation
+				continue
 			}
 			c.Operations = append(c.Operations, name)
 			b, present := op.child("bindings")
 			switch {
 			case !present:
-				add(defaults...)
+				bindings.add(defaults...)
 			case b.isNull():
 				// `bindings: ~`: an operation no binding exposes
 			default:
@@ -123,7 +154,7 @@ func (c *Component) readConnectors(m field) error {
 				if err != nil {
 					return err
 				}
-				add(resolveBindings(list)...)
+				bindings.add(resolveBindings(list)...)
 			}
 		}
 	}
@@ -134,14 +165,15 @@ func (c *Component) readConnectors(m field) error {
 	for _, name := range more {
 		if indexOf(c.Operations, name) < 0 {
 			c.Operations = append(c.Operations, name)
-			add(defaults...)
+			bindings.add(defaults...)
 		}
 	}
-	// an event's binding, where it names none, is the component's first asynchronous one: amqp
-	eventBinding := ""
-	if len(defaults) > 0 {
-		eventBinding = defaults[0]
-	}
+	return nil
+}
+
+// readEvents reads the events the manifest declares, then those of the node bridge's code and of
+// the entity's prototype, and the bindings that emit them.
+func (c *Component) readEvents(m field, code bool, eventBinding string, bindings *bindingList) error {
 	if evs, ok := m.child("events"); ok && !evs.isNull() {
 		labels, err := evs.mapping(nil, "`events` maps an event's label to its declaration")
 		if err != nil {
@@ -152,14 +184,14 @@ func (c *Component) readConnectors(m field) error {
 			ev, _ := evs.child(label)
 			b, present := ev.child("binding")
 			if !present || b.isNull() {
-				add(eventBinding)
+				bindings.add(eventBinding)
 				continue
 			}
 			s, err := b.str()
 			if err != nil {
 				return err
 			}
-			add(resolveBindings([]string{s})...)
+			bindings.add(resolveBindings([]string{s})...)
 		}
 	}
 	var events []string
@@ -172,11 +204,10 @@ func (c *Component) readConnectors(m field) error {
 	for _, label := range events {
 		if indexOf(c.Events, label) < 0 {
 			c.Events = append(c.Events, label)
-			add(eventBinding)
+			bindings.add(eventBinding)
 		}
 	}
-	c.Bindings = bindings
-	return c.readReceivers(m, code)
+	return nil
 }
 
 // prototype is what the entity's prototype brings: its operations, or nil for a component
