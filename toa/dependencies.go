@@ -105,7 +105,8 @@ type bindingList []string
 
 func (l *bindingList) add(bindings ...string) {
 	for _, b := range bindings {
-		if indexOf(*l, b) < 0 {
+		// "": an event of a component whose `bindings: ~` leaves it no binding to take
+		if b != "" && indexOf(*l, b) < 0 {
 			*l = append(*l, b)
 		}
 	}

@@ -38,6 +38,7 @@ func TestConnectors(t *testing.T) {
 		{"an operation no binding exposes, a virtual one", "operations:\n  push:\n    bindings: ~\n  shadow:\n    virtual: true\n", nil,
 			"", nil, []string{"push"}, nil, nil},
 		{"bindings: ~ for the whole component", "bindings: ~\noperations:\n  a: ~\n", nil, "", nil, []string{"a"}, nil, nil},
+		{"bindings: ~ and an event that names none", "bindings: ~\nevents:\n  rang: {}\n", nil, "", nil, nil, []string{"rang"}, nil},
 		{"receivers", "operations:\n  count: ~\nreceivers:\n  orders.orders.created: count\n  legacy.orders.created:\n    operation: count\n    source: legacy\n  pots.created: count\n",
 			[]string{"receivers/identity.bans.created.js"},
 			"", []string{DefaultBinding}, []string{"count"}, nil, []Receiver{{Event: "orders.orders.created"}, {Event: "legacy.orders.created", Source: "legacy"},
