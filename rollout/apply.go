@@ -68,7 +68,31 @@ func applyWith(ctx context.Context, c *client, objects []*unstructured.Unstructu
 	}
 	a := &applier{c: c, opts: opts, set: set, res: &Result{Set: set, DryRun: opts.DryRun},
 		releases: map[string]*HelmRelease{}}
-	return a.res, a.run(ctx, members(objects, set))
+	objects = members(objects, set)
+	err = a.run(ctx, objects)
+	if err == nil || opts.DryRun || len(a.res.Applied) == 0 {
+		return a.res, err // nothing changed on the cluster, or all of it did
+	}
+	return a.res, a.partly(objects, err)
+}
+
+// partly is the error of a run that stopped after it applied some objects: the ones it did not
+// reach are named, in Result.NotApplied and in the message. A run that applied everything and
+// failed after (prune, the parent's record) is not partly applied: its error stands alone.
+func (a *applier) partly(objects []*unstructured.Unstructured, err error) error {
+	done := map[string]bool{}
+	for _, o := range a.res.Applied {
+		done[o.key()] = true
+	}
+	for _, obj := range objects {
+		if r := RefOf(obj); !done[r.key()] {
+			a.res.NotApplied = append(a.res.NotApplied, r)
+		}
+	}
+	if len(a.res.NotApplied) == 0 {
+		return err
+	}
+	return &PartlyAppliedError{Applied: len(a.res.Applied), Total: len(objects), NotApplied: a.res.NotApplied, Err: err}
 }
 
 // SetOf is the ApplySet of the objects' Toa context in the namespace.

@@ -597,3 +597,44 @@ func TestCRD(t *testing.T) {
 		t.Errorf("deleted %s", got)
 	}
 }
+
+// 12. An apply the API server refuses part-way says the application is partly applied and names
+// what it did not reach; nothing is pruned, and the earlier application's objects stay.
+func TestPartlyApplied(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	ctx := context.Background()
+	c.apply(t, app(t, deploymentSpec{name: "carts", replicas: 1})...)
+
+	broken := service("prices")
+	broken.Spec.Ports[0].Port = 99999 // the API server refuses it
+	objects := append(app(t, deploymentSpec{name: "orders", replicas: 1}), u(t, broken))
+	res, err := Apply(ctx, c.cfg, objects, c.opts())
+	var partly *PartlyAppliedError
+	if !errors.As(err, &partly) {
+		t.Fatalf("Apply = %v, want a *PartlyAppliedError", err)
+	}
+	t.Logf("partly applied: %v", err)
+	if fault.ClassOf(err) != fault.ClassInput {
+		t.Errorf("class %v, want the refusal's (bad input)", fault.ClassOf(err))
+	}
+	var notApplied []string
+	for _, r := range res.NotApplied {
+		notApplied = append(notApplied, r.String())
+	}
+	slices.Sort(notApplied)
+	if want := []string{"deployment.apps/composition-orders", "service/prices-prices"}; !slices.Equal(notApplied, want) {
+		t.Errorf("not applied %v, want %v", notApplied, want)
+	}
+	for _, part := range []string{"partly applied: 1 of 3 objects applied", "deployment.apps/composition-orders", "nothing was pruned", "port: Invalid value: 99999"} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("%q does not say %q", err, part)
+		}
+	}
+	if len(res.Pruned) != 0 {
+		t.Errorf("pruned %v after a partial apply", res.Pruned)
+	}
+	if _, err := c.cs.AppsV1().Deployments(c.ns).Get(ctx, "composition-carts", metav1.GetOptions{}); err != nil {
+		t.Errorf("the earlier application's Deployment: %v", err)
+	}
+}

@@ -12,6 +12,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// PartlyAppliedError is an apply that stopped part-way: some objects were applied, others not
+// (Result.NotApplied), and nothing was pruned. Its message says so, so that nobody takes the
+// cluster for either the old application or the new one.
+type PartlyAppliedError struct {
+	Applied, Total int
+	NotApplied     []Ref
+	Err            error
+}
+
+func (e *PartlyAppliedError) Error() string {
+	names := make([]string, 0, len(e.NotApplied))
+	for _, r := range e.NotApplied {
+		names = append(names, r.String())
+	}
+	return fmt.Sprintf("%v\nthe application is partly applied: %d of %d objects applied; not applied: %s; nothing was pruned. "+
+		"Fix the cause and run toa-apply again, or roll back with toa-apply --rollback", e.Err, e.Applied, e.Total, strings.Join(names, ", "))
+}
+
+func (e *PartlyAppliedError) Unwrap() error { return e.Err }
+
 // Conflict is one field another field manager owns.
 type Conflict struct {
 	Manager string `json:"manager"`

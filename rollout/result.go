@@ -68,6 +68,9 @@ type Result struct {
 	Set     Set           `json:"applyset"`
 	DryRun  bool          `json:"dryRun,omitempty"`
 	Applied []Applied     `json:"applied,omitempty"`
+	// NotApplied are the objects an apply that stopped part-way did not reach: the cluster has
+	// the application partly applied, and nothing was pruned.
+	NotApplied []Ref `json:"notApplied,omitempty"`
 	Pruned  []Ref         `json:"pruned,omitempty"`  // deleted as no longer in the application
 	Deleted []Ref         `json:"deleted,omitempty"` // deleted by Delete
 	Adopted []Ref         `json:"adopted,omitempty"` // taken over from a Helm release
