@@ -65,16 +65,16 @@ type HelmRelease struct {
 
 // Result is what Apply or Delete did, or with a dry run would do.
 type Result struct {
-	Set     Set           `json:"applyset"`
-	DryRun  bool          `json:"dryRun,omitempty"`
-	Applied []Applied     `json:"applied,omitempty"`
+	Set     Set       `json:"applyset"`
+	DryRun  bool      `json:"dryRun,omitempty"`
+	Applied []Applied `json:"applied,omitempty"`
 	// NotApplied are the objects an apply that stopped part-way did not reach: the cluster has
 	// the application partly applied, and nothing was pruned.
-	NotApplied []Ref `json:"notApplied,omitempty"`
-	Pruned  []Ref         `json:"pruned,omitempty"`  // deleted as no longer in the application
-	Deleted []Ref         `json:"deleted,omitempty"` // deleted by Delete
-	Adopted []Ref         `json:"adopted,omitempty"` // taken over from a Helm release
-	Helm    []HelmRelease `json:"helmReleases,omitempty"`
+	NotApplied []Ref         `json:"notApplied,omitempty"`
+	Pruned     []Ref         `json:"pruned,omitempty"`  // deleted as no longer in the application
+	Deleted    []Ref         `json:"deleted,omitempty"` // deleted by Delete
+	Adopted    []Ref         `json:"adopted,omitempty"` // taken over from a Helm release
+	Helm       []HelmRelease `json:"helmReleases,omitempty"`
 
 	pruned []*unstructured.Unstructured // the pruned objects as they were, in Pruned's order
 }
