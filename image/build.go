@@ -79,7 +79,7 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 	for _, c := range img.Components {
 		l, err := layers.Dependencies(ctx, c, t)
 		if err != nil {
-			return nil, fmt.Errorf("install the dependencies of %s for %s: %w", c.Locator.ID, Platform(&t.Platform), err)
+			return nil, err // the layer's error says which install, for which platform
 		}
 		if l != nil {
 			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label, created))
