@@ -144,7 +144,7 @@ func signingKey(t *testing.T) (signer *attest.Signer, pubFile string) {
 	}
 	der, _ := x509.MarshalECPrivateKey(k)
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	signer, err = attest.ParseKey(keyPEM, "test key")
+	signer, err = attest.ParseKey(keyPEM, "test key", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

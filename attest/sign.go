@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/crypto/nacl/secretbox"
+	"golang.org/x/crypto/scrypt"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 )
@@ -46,13 +49,17 @@ type Signer struct {
 	key *ecdsa.PrivateKey
 }
 
+// PasswordEnv holds the password of an encrypted cosign key, as cosign reads it.
+const PasswordEnv = "COSIGN_PASSWORD"
+
 // ParseKey reads an ECDSA P-256 private key in PEM: "EC PRIVATE KEY" (SEC 1, what `openssl
-// ecparam -genkey` writes) or an unencrypted "PRIVATE KEY" (PKCS #8). source names where it
-// came from, for errors.
-func ParseKey(data []byte, source string) (*Signer, error) {
+// ecparam -genkey` writes), an unencrypted "PRIVATE KEY" (PKCS #8), or cosign's encrypted key
+// (what `cosign generate-key-pair` writes), which password opens; a nil password is none given.
+// source names where it came from, for errors.
+func ParseKey(data []byte, source string, password []byte) (*Signer, error) {
 	bad := func(msg string) error {
 		return &fault.Input{File: source, Message: msg,
-			Hint: "give an unencrypted ECDSA P-256 key in PEM, e.g. `openssl ecparam -name prime256v1 -genkey -noout -out toa-sign.key`; cosign verifies with its public key, `openssl ec -in toa-sign.key -pubout -out toa-sign.pub`"}
+			Hint: "give an ECDSA P-256 key in PEM: cosign's (`cosign generate-key-pair`, its password in " + PasswordEnv + "), or an unencrypted one, e.g. `openssl ecparam -name prime256v1 -genkey -noout -out toa-sign.key`; cosign verifies with its public key"}
 	}
 	if len(data) > maxKey {
 		return nil, bad(fmt.Sprintf("is %d bytes, more than a key file holds", len(data)))
@@ -74,8 +81,19 @@ func ParseKey(data []byte, source string) (*Signer, error) {
 		key, err = x509.ParseECPrivateKey(block.Bytes)
 	case "PRIVATE KEY":
 		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY", "ENCRYPTED PRIVATE KEY":
-		return nil, bad("is an encrypted key (" + block.Type + "), which toa-push does not decrypt")
+	case "ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY":
+		if password == nil {
+			return nil, &fault.Input{File: source, Message: "is an encrypted cosign key, and " + PasswordEnv + " is not set",
+				Hint: "set " + PasswordEnv + " to its password, as for `cosign sign`"}
+		}
+		der, derr := decryptCosignKey(block.Bytes, password)
+		if derr != nil {
+			return nil, &fault.Input{File: source, Message: "cannot be opened with the password in " + PasswordEnv + ": " + derr.Error(),
+				Hint: "set " + PasswordEnv + " to the password the key was made with"}
+		}
+		key, err = x509.ParsePKCS8PrivateKey(der)
+	case "ENCRYPTED PRIVATE KEY":
+		return nil, bad("is an encrypted PKCS #8 key, which toa-push does not decrypt (`openssl pkcs8 -topk8 -nocrypt` writes it unencrypted)")
 	default:
 		return nil, bad("holds a " + block.Type + ", not an ECDSA private key")
 	}
@@ -87,6 +105,58 @@ func ParseKey(data []byte, source string) (*Signer, error) {
 		return nil, bad("is not an ECDSA P-256 key")
 	}
 	return &Signer{key: ec}, nil
+}
+
+// encryptedKey is the body of cosign's encrypted key, as go-securesystemslib's encrypted package
+// writes it (cosign pkg/cosign/keys.go): scrypt makes a key of the password and the salt, and a
+// NaCl secretbox under that key holds the private key in PKCS #8.
+type encryptedKey struct {
+	KDF struct {
+		Name   string `json:"name"`
+		Params struct {
+			N int `json:"N"`
+			R int `json:"r"`
+			P int `json:"p"`
+		} `json:"params"`
+		Salt []byte `json:"salt"`
+	} `json:"kdf"`
+	Cipher struct {
+		Name  string `json:"name"`
+		Nonce []byte `json:"nonce"`
+	} `json:"cipher"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+// decryptCosignKey opens cosign's encrypted key. Only the scrypt costs go-securesystemslib writes
+// are taken (N 2^15 to 2^17, r 8, p 1: at most 128 MiB of memory), so that a key file cannot ask
+// for more.
+func decryptCosignKey(data, password []byte) ([]byte, error) {
+	var k encryptedKey
+	if err := json.Unmarshal(data, &k); err != nil {
+		return nil, fmt.Errorf("not cosign's encrypted key format: %w", err)
+	}
+	p := k.KDF.Params
+	switch {
+	case k.KDF.Name != "scrypt" || k.Cipher.Name != "nacl/secretbox":
+		return nil, fmt.Errorf("made with %s and %s, where cosign uses scrypt and nacl/secretbox", k.KDF.Name, k.Cipher.Name)
+	case p.R != 8 || p.P != 1 || (p.N != 1<<15 && p.N != 1<<16 && p.N != 1<<17):
+		return nil, fmt.Errorf("scrypt parameters N=%d r=%d p=%d are not cosign's", p.N, p.R, p.P)
+	case len(k.Cipher.Nonce) != 24:
+		return nil, fmt.Errorf("the nonce is %d bytes, not 24", len(k.Cipher.Nonce))
+	}
+	boxKey, err := scrypt.Key(password, k.KDF.Salt, p.N, p.R, p.P, 32)
+	if err != nil {
+		return nil, err
+	}
+	var nonce [24]byte
+	var key [32]byte
+	copy(nonce[:], k.Cipher.Nonce)
+	copy(key[:], boxKey)
+	der, ok := secretbox.Open(nil, k.Ciphertext, &nonce, &key)
+	if !ok {
+		return nil, errors.New("the password does not open it")
+	}
+	return der, nil
 }
 
 // PublicKeyPEM is the public key as cosign's --key reads it.
@@ -240,21 +310,26 @@ const KeyEnv = "TOA_SIGN_KEY"
 
 // LoadKey reads the signing key that spec names: a file, or `env://NAME` for the PEM in the
 // environment variable NAME (cosign's spelling). With spec "" the key is KeyEnv's when it is
-// set, else there is none: nil, nil.
-func LoadKey(spec string, getenv func(string) string) (*Signer, error) {
+// set, else there is none: nil, nil. An encrypted cosign key is opened with PasswordEnv's
+// password, set (even empty, as cosign takes it) or not.
+func LoadKey(spec string, lookupEnv func(string) (string, bool)) (*Signer, error) {
+	var password []byte
+	if p, ok := lookupEnv(PasswordEnv); ok {
+		password = []byte(p)
+	}
 	if spec == "" {
-		if pemData := getenv(KeyEnv); pemData != "" {
-			return ParseKey([]byte(pemData), "$"+KeyEnv)
+		if pemData, _ := lookupEnv(KeyEnv); pemData != "" {
+			return ParseKey([]byte(pemData), "$"+KeyEnv, password)
 		}
 		return nil, nil
 	}
 	if v, ok := strings.CutPrefix(spec, "env://"); ok {
-		pemData := getenv(v)
+		pemData, _ := lookupEnv(v)
 		if pemData == "" {
 			return nil, &fault.Input{Key: "--sign-key", Message: fmt.Sprintf("names the environment variable %s, which is not set or empty", v),
 				Hint: "set it to the key's PEM, or give --sign-key a file"}
 		}
-		return ParseKey([]byte(pemData), "$"+v)
+		return ParseKey([]byte(pemData), "$"+v, password)
 	}
 	f, err := os.Open(spec)
 	if err != nil {
@@ -266,7 +341,7 @@ func LoadKey(spec string, getenv func(string) string) (*Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the signing key %s: %w", spec, err)
 	}
-	return ParseKey(data, spec)
+	return ParseKey(data, spec, password)
 }
 
 // PublicKey is the signer's public key.

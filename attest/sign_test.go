@@ -52,7 +52,7 @@ func TestParseKey(t *testing.T) {
 		"PKCS 8":                    pkcs8PEM(t, k),
 		"with openssl's parameters": append(params, sec1PEM(t, k)...),
 	} {
-		s, err := ParseKey(data, "key.pem")
+		s, err := ParseKey(data, "key.pem", nil)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -67,7 +67,7 @@ func TestParseKey(t *testing.T) {
 		"public":    pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: []byte("x")}),
 		"not PEM":   []byte("hello"),
 	} {
-		_, err := ParseKey(data, "key.pem")
+		_, err := ParseKey(data, "key.pem", nil)
 		var in *fault.Input
 		if !errors.As(err, &in) || in.File != "key.pem" || in.Hint == "" {
 			t.Errorf("%s: got %v, want bad input naming the file, with a hint", name, err)
@@ -77,7 +77,7 @@ func TestParseKey(t *testing.T) {
 
 func TestSignatureImage(t *testing.T) {
 	k := newKey(t, elliptic.P256())
-	s, err := ParseKey(sec1PEM(t, k), "key.pem")
+	s, err := ParseKey(sec1PEM(t, k), "key.pem", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestSignatureImage(t *testing.T) {
 		t.Errorf("signing again gave %v, %v; want nothing to write", same, err)
 	}
 	// another signer's image keeps its layers
-	other, _ := ParseKey(sec1PEM(t, newKey(t, elliptic.P256())), "other.pem")
+	other, _ := ParseKey(sec1PEM(t, newKey(t, elliptic.P256())), "other.pem", nil)
 	both, err := other.SignatureImage(sigs, repo, digest)
 	if err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestLoadKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"CI_KEY": string(pkcs8PEM(t, k))}
-	getenv := func(k string) string { return env[k] }
+	getenv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	for _, spec := range []string{file, "env://CI_KEY"} {
 		s, err := LoadKey(spec, getenv)
 		if err != nil || !s.key.Equal(k) {

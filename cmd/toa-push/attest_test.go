@@ -1,12 +1,7 @@
 package main
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,25 +12,19 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
-// keyPair writes a new ECDSA P-256 private key (PEM, as openssl ecparam writes it) and its
-// public key, as cosign's --key reads it.
-func keyPair(t *testing.T) (key, pub string) {
+// cosignKeyPair is a key pair `cosign generate-key-pair` makes: the private key encrypted with the
+// password the test puts in COSIGN_PASSWORD, for toa-push and cosign alike.
+func cosignKeyPair(t *testing.T, cosign string) (key, pub string) {
 	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const password = "toa-test-password"
+	t.Setenv("COSIGN_PASSWORD", password)
 	dir := t.TempDir()
-	der, _ := x509.MarshalECPrivateKey(k)
-	key, pub = filepath.Join(dir, "toa-sign.key"), filepath.Join(dir, "toa-sign.pub")
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(cosign, "generate-key-pair")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
 	}
-	pubDER, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
-	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return key, pub
+	return filepath.Join(dir, "cosign.key"), filepath.Join(dir, "cosign.pub")
 }
 
 type attestedOutput struct {
@@ -66,7 +55,7 @@ func TestAttestations(t *testing.T) {
 	addr, rec := harness.RegistryWithLog(t)
 	harness.PushTestBase(t, addr)
 	dir := copyApp(t, "pushed", addr)
-	key, pub := keyPair(t)
+	key, pub := cosignKeyPair(t, cosign) // encrypted, as cosign makes them; COSIGN_PASSWORD opens it
 	t.Setenv("TOA_CACHE", t.TempDir())
 	args := []string{"-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"), "--sign-key", key}
 	code, stdout, stderr := run(t, dir, args...)

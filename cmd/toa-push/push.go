@@ -37,7 +37,7 @@ type pushCommand struct {
 	OCILayout      string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
 	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
 	SBOM           string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
-	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
+	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 }
 
@@ -183,7 +183,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 // attestation is what --sbom and --sign-key (or TOA_SIGN_KEY) ask to attach; the key is read
 // before any work, so that a bad one fails at once.
 func (c *pushCommand) attestation() (pipeline.Option, error) {
-	signer, err := attest.LoadKey(c.SignKey, os.Getenv)
+	signer, err := attest.LoadKey(c.SignKey, os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}
