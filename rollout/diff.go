@@ -14,6 +14,11 @@ type ObjectDiff struct {
 	Ref
 	Change Change `json:"change"` // created, configured or pruned
 	Diff   string `json:"diff"`
+	// Live and Merged are the two sides as YAML, Secrets masked; "" for the side an object
+	// created or pruned lacks. File is kubectl diff's name of both: group.version.Kind.namespace.name.
+	Live   string `json:"-"`
+	Merged string `json:"-"`
+	File   string `json:"-"`
 }
 
 // Pruned is the change of an object the apply would delete.
@@ -67,7 +72,15 @@ func objectDiff(ref Ref, live, merged *unstructured.Unstructured) (ObjectDiff, e
 		return ObjectDiff{}, fmt.Errorf("diff %s: %w", ref, err)
 	}
 	name := diffName(ref)
-	return ObjectDiff{Ref: ref, Diff: Unified("LIVE/"+name, "MERGED/"+name, a, b)}, nil
+	return ObjectDiff{Ref: ref, Diff: Unified("LIVE/"+name, "MERGED/"+name, a, b),
+		Live: joinLines(a), Merged: joinLines(b), File: name}, nil
+}
+
+func joinLines(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 // diffName is kubectl diff's file name of an object: group.version.Kind.namespace.name.

@@ -230,6 +230,13 @@ func (c *applyCommand) diffs(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if command, ok := os.LookupEnv(externalDiffEnv); ok && c.Output != cli.JSON {
+		differ, err := externalDiff(ctx, command, diffs, w)
+		if err != nil || !differ {
+			return err
+		}
+		return &cli.Coded{Code: 1}
+	}
 	if c.Output == cli.JSON {
 		if diffs == nil {
 			diffs = []rollout.ObjectDiff{}

@@ -138,6 +138,21 @@ func TestRelease(t *testing.T) {
 			t.Errorf("--diff does not show %q", part)
 		}
 	}
+	// the same through the program KUBECTL_EXTERNAL_DIFF names, as kubectl diff runs it
+	t.Setenv(externalDiffEnv, "diff -u -N")
+	out, err = run(func(c *applyCommand) { c.Diff, c.Dir = true, withoutService(t, "v4") })
+	t.Logf("--diff with %s: exit %d\n%s", externalDiffEnv, cli.ExitCode(err), out)
+	if cli.ExitCode(err) != 1 {
+		t.Errorf("--diff with %s: exit %d (%v), want 1", externalDiffEnv, cli.ExitCode(err), err)
+	}
+	for _, part := range []string{"-      - image: registry.local/demo/carts:v1", "+      - image: registry.local/demo/carts:v4",
+		"/LIVE/v1.Service." + ns + ".carts", "-kind: Service"} {
+		if !strings.Contains(out, part) {
+			t.Errorf("--diff with %s does not show %q", externalDiffEnv, part)
+		}
+	}
+	os.Unsetenv(externalDiffEnv)
+
 	same := kustomization(t, "v1", "")
 	apply(same)
 	out, err = run(func(c *applyCommand) { c.Diff, c.Dir = true, same })
