@@ -166,20 +166,8 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 			b.Err = err
 			return b
 		}
-		m, err := idx.IndexManifest()
-		if err != nil {
-			b.Err = fmt.Errorf("read the index of %s: %w", ref, err)
-			return b
-		}
-		for _, d := range m.Manifests {
-			if d.Platform == nil || d.Platform.OS == "unknown" || !d.MediaType.IsImage() { // attestations
-				continue
-			}
-			b.Docker = b.Docker || d.MediaType == types.DockerManifestSchema2
-			p := Platform(d.Platform)
-			if _, seen := b.Platforms[p]; !seen {
-				b.Platforms[p] = d.Digest.String()
-			}
+		if err := b.addPlatforms(idx, ref, 0); err != nil {
+			b.Err = err
 		}
 		return b
 	}
@@ -195,6 +183,40 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 	}
 	b.Platforms[Platform(cfg.Platform())] = desc.Digest.String()
 	return b
+}
+
+// maxNesting is how deep toa-push follows indexes inside a base's index: OCI allows an index to
+// list indexes (what some tools make of per-platform builds), a base of a few levels is rare.
+const maxNesting = 3
+
+// addPlatforms records the image of each platform the index lists, the first one listed for a
+// platform winning, and of the indexes it lists, depth levels down. Entries without a platform
+// or of platform unknown/unknown (buildx's attestations) are not images to build on.
+func (b *Base) addPlatforms(idx v1.ImageIndex, ref string, depth int) error {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("read the index of %s: %w", ref, err)
+	}
+	for _, d := range m.Manifests {
+		switch {
+		case d.MediaType.IsIndex() && depth < maxNesting:
+			child, err := idx.ImageIndex(d.Digest)
+			if err != nil {
+				return fmt.Errorf("read the index %s inside %s: %w", d.Digest, ref, err)
+			}
+			if err := b.addPlatforms(child, ref, depth+1); err != nil {
+				return err
+			}
+		case d.Platform == nil || d.Platform.OS == "unknown" || !d.MediaType.IsImage():
+		default:
+			b.Docker = b.Docker || d.MediaType == types.DockerManifestSchema2
+			p := Platform(d.Platform)
+			if _, seen := b.Platforms[p]; !seen {
+				b.Platforms[p] = d.Digest.String()
+			}
+		}
+	}
+	return nil
 }
 
 // Bases lists the distinct bases the images of a plan with these options stand on, in order:

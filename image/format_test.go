@@ -11,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
@@ -261,6 +262,67 @@ func TestSchema1BaseIsRefused(t *testing.T) {
 	for _, want := range []string{"is a Docker schema 1 image", "skopeo copy --format v2s2"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// A base whose index lists indexes (one per platform, as some tools assemble per-platform builds)
+// is built on like a flat one: the same platforms, and the same image digests, on a real registry.
+func TestNestedIndexBase(t *testing.T) {
+	addr := harness.Registry(t)
+	flat := addr + "/bases/node:flat"
+	harness.PushRandomBase(t, flat)
+	reg, err := NewRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flatRef, _ := reg.Reference(flat)
+	idx, err := remote.Index(flatRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, d := range m.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+			mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: d.Platform}})
+		nested = mutate.AppendManifests(nested, mutate.IndexAddendum{Add: child})
+	}
+	nestedRef, _ := reg.Reference(addr + "/bases/node:nested")
+	if err := remote.WriteIndex(nestedRef, nested); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	a, b := ResolveBase(ctx, reg, flat), ResolveBase(ctx, reg, nestedRef.String())
+	if a.Err != nil || b.Err != nil {
+		t.Fatalf("resolve: %v, %v", a.Err, b.Err)
+	}
+	if len(b.Platforms) != 2 || b.Platforms["linux/amd64"] != a.Platforms["linux/amd64"] || b.Platforms["linux/arm64"] != a.Platforms["linux/arm64"] {
+		t.Fatalf("nested %v, flat %v", b.Platforms, a.Platforms)
+	}
+	onFlat, err := pushWith(ctx, t, twoCompositions(t, addr, flat), flat, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := harness.Registry(t) // built anew there, not found where the flat push left it
+	onNested, err := pushWith(ctx, t, twoCompositions(t, other, nestedRef.String()), nestedRef.String(), reg)
+	if err != nil {
+		t.Fatalf("push on the nested base: %v", err)
+	}
+	for i := range onFlat.Images {
+		if !onNested.Images[i].Built {
+			t.Errorf("%s: not built on the nested base", onNested.Images[i].Name)
+		}
+		if strings.TrimPrefix(onNested.Images[i].Digest, other) != strings.TrimPrefix(onFlat.Images[i].Digest, addr) {
+			t.Errorf("%s: %s on the nested base, %s on the flat one", onFlat.Images[i].Name, onNested.Images[i].Digest, onFlat.Images[i].Digest)
 		}
 	}
 }
