@@ -73,8 +73,15 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	c.report(out, res)
 	warnHelm(log, res)
 	if err != nil || opts.DryRun {
-		c.printJSON(out, output{Result: res})
-		return c.exitError(err)
+		result := output{Result: res}
+		err = c.exitError(err)
+		var partly *rollout.PartlyAppliedError
+		if c.RollbackOnFail && errors.As(err, &partly) {
+			// the cluster holds part of the new application: back to the last whole one
+			result.Rollback, err = c.rollbackAfter(ctx, log, cfg, res.Set, opts, err)
+		}
+		c.printJSON(out, result)
+		return err
 	}
 	result := output{Result: res, Rollout: &outcome{}}
 	err = c.wait(deadline, cfg, res)

@@ -32,7 +32,7 @@ type applyCommand struct {
 	Diff           bool          `name:"diff" help:"Show what would change as a unified diff per object (server-side dry run, prune included) and change nothing; exit 0 same, 1 differs, 2 or more error, as kubectl diff."`
 	History        bool          `name:"history" help:"List the application's revisions."`
 	Rollback       bool          `name:"rollback" help:"Apply a recorded revision again: toa-apply --rollback [REVISION]; needs only the kubeconfig."`
-	RollbackOnFail bool          `name:"rollback-on-failure" help:"When the rollout fails or times out, apply the previous revision and wait for it."`
+	RollbackOnFail bool          `name:"rollback-on-failure" help:"When the rollout fails or times out, or the apply stops part-way, apply the previous revision and wait for it."`
 	HistoryMax     int           `name:"history-max" default:"10" help:"How many revisions to keep."`
 	Name           string        `name:"name" placeholder:"CONTEXT" help:"The application (Toa context) for --history and --rollback, when the kustomization folder does not name it."`
 	Kubeconfig     string        `name:"kubeconfig" placeholder:"FILE" help:"Path to the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)."`

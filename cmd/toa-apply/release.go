@@ -143,7 +143,7 @@ func (c *applyCommand) rollbackAfter(ctx context.Context, log *logrus.Logger, cf
 	}
 	prev := revs[len(revs)-1]
 	rb := &rollbackOutcome{To: prev.Number}
-	log.Warnf("the rollout failed; rolling back to revision %d", prev.Number)
+	log.Warnf("the apply failed; rolling back to revision %d", prev.Number)
 	_, objects, err := rollout.LoadRevision(ctx, cfg, set, prev.Number)
 	if err == nil {
 		var res *rollout.Result

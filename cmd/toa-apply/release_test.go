@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -184,6 +185,30 @@ func TestRelease(t *testing.T) {
 	}
 	if !result.Rollback.Done || result.Rollback.To != 5 {
 		t.Errorf("-o json: rollback %+v, want done to 5", result.Rollback)
+	}
+	settled("registry.local/demo/carts:v1")
+
+	// an apply the API server refuses part-way (a new ConfigMap taken, then an invalid Service),
+	// rolled back: the ConfigMap is pruned, the pods are v1's
+	partial := kustomization(t, "v6", "")
+	app := filepath.Join(partial, "app.yaml")
+	data, err := os.ReadFile(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(data), "ports: [{port: 3000}]", "ports: [{port: 99999}]", 1) +
+		"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: carts-extra}\ndata: {a: '1'}\n"
+	if err := os.WriteFile(app, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run(func(c *applyCommand) { c.Dir, c.RollbackOnFail = partial, true })
+	t.Logf("--rollback-on-failure after a partial apply: exit %d: %v", cli.ExitCode(err), err)
+	if cli.ExitCode(err) != cli.ExitBadInput || !strings.Contains(fmt.Sprint(err), "partly applied: 1 of 3 objects applied") ||
+		!strings.Contains(fmt.Sprint(err), "rolled back to revision 6") {
+		t.Errorf("--rollback-on-failure after a partial apply: exit %d, %v; want 2, partly applied, rolled back to 6", cli.ExitCode(err), err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), "carts-extra", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the partial apply's ConfigMap after the rollback: %v, want it pruned", err)
 	}
 	settled("registry.local/demo/carts:v1")
 }
