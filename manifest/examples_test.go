@@ -66,18 +66,16 @@ func TestExampleContexts(t *testing.T) {
 	examples := []example{
 		{"testdata/apps/dummies", filepath.Join("..", "testdata", "apps", "dummies"), "dev", dummies("dummies.localhost")},
 		{"testdata/apps/examples", filepath.Join("..", "testdata", "apps", "examples"), "default", userland},
-	}
-	if dir := toaExamples(); dir != "" {
-		examples = append(examples,
-			example{"toa-examples/integration/context", filepath.Join(dir, "integration", "context"), "dev", dummies("local.kind")},
-			example{"toa-examples/userland/example", filepath.Join(dir, "userland", "example"), "default", userland})
+		// the same, on Toa's own contexts when they are beside the checkout
+		{"toa-examples/integration/context", filepath.Join("integration", "context"), "dev", dummies("local.kind")},
+		{"toa-examples/userland/example", filepath.Join("userland", "example"), "default", userland},
 	}
 	for _, ex := range examples {
 		t.Run(ex.name, func(t *testing.T) {
 			dir := ex.dir
 			if strings.HasPrefix(ex.name, "toa-examples/") {
 				dir = t.TempDir()
-				copyTree(t, ex.dir, dir)
+				copyTree(t, filepath.Join(toaExamples(t), ex.dir), dir)
 				installStandins(t, dir)
 				// as Toa 289: a composition without resources is refused
 				_, err := renderContext(t, dir, ex.env)
