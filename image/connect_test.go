@@ -161,13 +161,7 @@ func TestCredentialMessages(t *testing.T) {
 			host := strings.TrimPrefix(server.URL, "http://")
 			ref := host + "/bases/node:20"
 
-			home := t.TempDir()
-			t.Setenv("HOME", home)
-			t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker")) // Docker's config package reads $HOME once per process
-			t.Setenv("REGISTRY_AUTH_FILE", "")
-			t.Setenv("XDG_RUNTIME_DIR", "")
-			t.Setenv("XDG_CONFIG_HOME", "")
-			config := filepath.Join(home, ".docker", "config.json")
+			config := dockerConfig(t)
 
 			if msg := reason(resolveErr(t, ref)); !strings.Contains(msg, host+" asks for credentials (401) and none were found for it") ||
 				!strings.Contains(msg, "docker login "+host) {
@@ -198,6 +192,19 @@ func TestCredentialMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dockerConfig points every place the default keychain reads at a fresh home of the test's, and
+// returns the path of Docker's config.json there (not written yet). DOCKER_CONFIG is set too:
+// Docker's config package reads $HOME once per process.
+func dockerConfig(t *testing.T) string {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker"))
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	return filepath.Join(home, ".docker", "config.json")
 }
 
 func writeConfig(t *testing.T, file, content string) {
@@ -253,13 +260,7 @@ func TestPushToRegistryWithCredentials(t *testing.T) {
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	dir := twoCompositions(t, addr, baseRef)
 
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker"))
-	t.Setenv("REGISTRY_AUTH_FILE", "")
-	t.Setenv("XDG_RUNTIME_DIR", "")
-	t.Setenv("XDG_CONFIG_HOME", "")
-	config := filepath.Join(home, ".docker", "config.json")
+	config := dockerConfig(t)
 	push := func() (*Result, error) {
 		reg, err := NewRegistries(WithCAFile(ca))
 		if err != nil {
@@ -331,13 +332,7 @@ func TestPushToRegistryWithCredentials(t *testing.T) {
 // way out, not the credential client's exec error alone.
 func TestCredentialHelperNotInstalled(t *testing.T) {
 	addr := harness.MemoryRegistry(t)
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("DOCKER_CONFIG", filepath.Join(home, ".docker"))
-	t.Setenv("REGISTRY_AUTH_FILE", "")
-	t.Setenv("XDG_RUNTIME_DIR", "")
-	t.Setenv("XDG_CONFIG_HOME", "")
-	config := filepath.Join(home, ".docker", "config.json")
+	config := dockerConfig(t)
 	for _, tc := range []struct{ config, helper string }{
 		{`{"credsStore":"toa-missing"}`, "the credential store docker-credential-toa-missing (credsStore in " + config + ")"},
 		{fmt.Sprintf(`{"credHelpers":{%q:"toa-missing"}}`, addr), "the credential helper docker-credential-toa-missing (credHelpers in " + config + ")"},

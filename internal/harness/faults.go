@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -127,13 +126,8 @@ func Ping(r *http.Request) bool { return r.Method == http.MethodGet && r.URL.Pat
 // test. With no fault injected, the proxy passes everything through.
 func FaultyRegistry(t testing.TB) *Faulty {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: this test needs a real registry")
-	}
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
-	}
+	bin := registryBinary(t)
+	var err error
 	f := &Faulty{Recorder: &Recorder{}, bin: bin, dir: t.TempDir(), quit: make(chan struct{}), upstream: &http.Transport{}}
 	f.backend, f.stop, err = startRegistryProcess(bin, f.dir)
 	if err != nil {

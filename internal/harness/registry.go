@@ -33,6 +33,12 @@ const registryInstall = "run `bash testdata/registry/install.sh` (Debian's docke
 // Under `go test -short` (the tests that need nothing but Go) the test is skipped.
 func Registry(t testing.TB) string {
 	t.Helper()
+	return startIn(t, registryBinary(t), t.TempDir())
+}
+
+// registryBinary is Distribution's binary; under `go test -short` the test is skipped.
+func registryBinary(t testing.TB) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: this test needs a real registry")
 	}
@@ -40,7 +46,13 @@ func Registry(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
 	}
-	dir := t.TempDir()
+	return bin
+}
+
+// startIn starts a registry with its configuration, storage and log under dir (see
+// startRegistryProcess), stopped at the end of the test, and returns its address.
+func startIn(t testing.TB, bin, dir string) string {
+	t.Helper()
 	var last error
 	// The free port is found by listening and closing, so another process may take it before
 	// the registry does: try a few ports.

@@ -10,7 +10,6 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,23 +20,24 @@ import (
 // certificate (what a user gives toa-push with --ca-file).
 func TLSRegistry(t testing.TB) (addr, caFile string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: this test needs a real registry")
-	}
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
-	}
+	return tlsRegistry(t, "")
+}
+
+// tlsRegistry starts a TLS registry whose users are htpasswd's lines, or anyone for "".
+func tlsRegistry(t testing.TB, htpasswd string) (addr, caFile string) {
+	t.Helper()
+	bin := registryBinary(t)
 	dir := t.TempDir()
 	caFile = filepath.Join(dir, "tls.crt")
 	if err := selfSigned(caFile, filepath.Join(dir, "tls.key")); err != nil {
 		t.Fatal(err)
 	}
-	addr, err = startRegistry(t, bin, dir)
-	if err != nil {
-		t.Fatalf("start the registry: %v", err)
+	if htpasswd != "" {
+		if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(htpasswd), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return addr, caFile
+	return startIn(t, bin, dir), caFile
 }
 
 // The one user of AuthRegistry. Distribution's htpasswd takes bcrypt hashes only; this one was
@@ -56,26 +56,7 @@ const (
 // registry is. Basic credentials go over TLS, as Distribution's documentation asks.
 func AuthRegistry(t testing.TB) (addr, caFile string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: this test needs a real registry")
-	}
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		t.Fatalf("no docker-registry binary on PATH: %s", registryInstall)
-	}
-	dir := t.TempDir()
-	caFile = filepath.Join(dir, "tls.crt")
-	if err := selfSigned(caFile, filepath.Join(dir, "tls.key")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(authHTPasswd), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr, err = startRegistry(t, bin, dir)
-	if err != nil {
-		t.Fatalf("start the registry: %v", err)
-	}
-	return addr, caFile
+	return tlsRegistry(t, authHTPasswd)
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and localhost that signs itself, and its key.
