@@ -46,7 +46,7 @@ func (c credentials) resolve(ctx context.Context, repo name.Repository) (found, 
 	}
 	if c.custom {
 		if auth == authn.Anonymous {
-			return found{auth: auth, looked: "the keychain given"}, nil
+			return found{auth: auth, looked: "looked in the keychain given"}, nil
 		}
 		return found{auth: auth, source: "the keychain given"}, nil
 	}
@@ -65,7 +65,7 @@ func helperMissing(err error) bool {
 
 // dockerConfigFile is the file go-containerregistry's default keychain reads: Docker's
 // config.json, else $REGISTRY_AUTH_FILE, else Podman's auth.json; and the words for where it
-// looked when it found none.
+// looked, for the message when no credentials were found there.
 func dockerConfigFile() (file, looked string) {
 	home, _ := os.UserHomeDir()
 	exists := func(f string) bool {
@@ -79,9 +79,9 @@ func dockerConfigFile() (file, looked string) {
 	dir := os.Getenv("DOCKER_CONFIG")
 	if (docker != "" && exists(docker)) || (dir != "" && exists(filepath.Join(dir, "config.json"))) {
 		if dir != "" { // Docker's config.Load reads $DOCKER_CONFIG when it is set
-			return filepath.Join(dir, "config.json"), filepath.Join(dir, "config.json")
+			return filepath.Join(dir, "config.json"), "looked in " + filepath.Join(dir, "config.json")
 		}
-		return docker, docker
+		return docker, "looked in " + docker
 	}
 	var others []string
 	if f := os.Getenv("REGISTRY_AUTH_FILE"); f != "" {
@@ -99,7 +99,7 @@ func dockerConfigFile() (file, looked string) {
 	}
 	for _, f := range others {
 		if exists(f) {
-			return f, f
+			return f, "looked in " + f
 		}
 	}
 	if docker == "" {
@@ -146,18 +146,14 @@ type AccessError struct {
 	Host   string
 	Status int
 	Source string // where the credentials came from; "" when none were found
-	Looked string // where they were looked for
+	Looked string // where they were looked for: "looked in FILE", "there is no Docker config file at FILE"
 	Err    error
 }
 
 func (e *AccessError) Error() string {
 	if e.Source == "" {
-		looked := "looked in " + e.Looked
-		if strings.HasPrefix(e.Looked, "there is no") {
-			looked = e.Looked
-		}
 		return fmt.Sprintf("%s asks for credentials (%d) and none were found for it (%s): log in with `docker login %s`, or configure a credential helper for it",
-			e.Host, e.Status, looked, e.Host)
+			e.Host, e.Status, e.Looked, e.Host)
 	}
 	verb := "refused the credentials of"
 	if e.Status == 403 {

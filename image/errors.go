@@ -144,8 +144,8 @@ func OutOfReach(err error) bool {
 	if errors.As(err, &access) {
 		return false
 	}
-	return errors.As(err, &conn) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+	// net.Error covers a refused or reset connection too: syscall.Errno is one
+	return errors.As(err, &conn) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // connectError says why the ping of host failed. go-containerregistry tries HTTPS and, where
