@@ -59,8 +59,8 @@ func (d boundedDisk) open(path string) (*os.File, error) {
 	switch {
 	case !info.Mode().IsRegular():
 		f.Close()
-		return nil, &fault.Input{File: path, Message: fmt.Sprintf("is %s, not a regular file", kindOf(info.Mode())),
-			Hint: "a kustomization's files are read whole: name a file"}
+		// no hint: kustomize quotes the message inside its own
+		return nil, &fault.Input{File: path, Message: fmt.Sprintf("is %s, not a regular file", kindOf(info.Mode()))}
 	case info.Size() > MaxFileSize:
 		f.Close()
 		return nil, tooLarge(path)

@@ -7,7 +7,6 @@ package kustomize
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -38,11 +37,7 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstruct
 	var m resmap.ResMap
 	select {
 	case r := <-done:
-		if r.err != nil {
-			var input *fault.Input
-			if errors.As(r.err, &input) {
-				return nil, input // a file OnDisk refused: its own words name it
-			}
+		if r.err != nil { // kustomize keeps only the words of the errors it wraps, OnDisk's too
 			return nil, &fault.Input{File: dir, Message: "kustomize: " + r.err.Error()}
 		}
 		m = r.m
