@@ -18,6 +18,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -41,14 +42,14 @@ func newFaultRun(t *testing.T) *faultRun {
 
 // push pushes the application with the registry options given, and returns its result, its
 // error and how long it took.
-func (f *faultRun) push(t *testing.T, opts ...RegistryOption) (*Result, error, time.Duration) {
+func (f *faultRun) push(t *testing.T, opts ...registry.RegistryOption) (*Result, error, time.Duration) {
 	t.Helper()
-	notify := WithNotify(func(s string) {
+	notify := registry.WithNotify(func(s string) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.notices = append(f.notices, s)
 	})
-	reg, err := NewRegistries(append([]RegistryOption{notify}, opts...)...)
+	reg, err := registry.NewRegistries(append([]registry.RegistryOption{notify}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func (f *faultRun) said(s string) bool {
 }
 
 // pushWith resolves the base and pushes the application in dir with reg.
-func pushWith(ctx context.Context, t *testing.T, dir, base string, reg *Registries) (*Result, error) {
+func pushWith(ctx context.Context, t *testing.T, dir, base string, reg *registry.Registries) (*Result, error) {
 	t.Helper()
 	app, err := toa.Load(dir, "default")
 	if err != nil {
@@ -103,12 +104,12 @@ func uploadedDigests(rec *harness.Recorder) []string {
 // and words that say what happened; no tag is left on an image with missing blobs; and a rerun
 // once the fault is gone finishes, sending only what the registry still lacks.
 func TestFaults(t *testing.T) {
-	quick := []RegistryOption{WithStallTimeout(time.Second), WithRetries(2), WithBackoff(50 * time.Millisecond)}
+	quick := []registry.RegistryOption{registry.WithStallTimeout(time.Second), registry.WithRetries(2), registry.WithBackoff(50 * time.Millisecond)}
 	cases := []struct {
 		name    string
 		on      func(f *faultRun) *harness.Faulty // which registry breaks
 		fault   harness.Fault
-		opts    []RegistryOption
+		opts    []registry.RegistryOption
 		class   fault.Class // of the failure; -1 when the push heals
 		words   string      // in the error, or in a retry notice when it heals
 		within  time.Duration
@@ -147,7 +148,7 @@ func TestFaults(t *testing.T) {
 			class: fault.ClassFailed, words: "503 Service Unavailable", within: 30 * time.Second},
 		{name: "a registry restarting mid-push is waited for", on: onTarget,
 			fault: harness.Fault{Match: harness.BlobUpload, Times: 1, Kind: harness.Restart},
-			opts:  []RegistryOption{WithRetries(5), WithBackoff(500 * time.Millisecond)},
+			opts:  []registry.RegistryOption{registry.WithRetries(5), registry.WithBackoff(500 * time.Millisecond)},
 			class: -1, words: "sending it again", within: 60 * time.Second},
 	}
 	for _, c := range cases {
@@ -156,7 +157,7 @@ func TestFaults(t *testing.T) {
 			broken := c.on(f)
 			injected := broken.Inject(c.fault)
 			f.target.Reset()
-			res, err, took := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
+			res, err, took := f.push(t, append(append([]registry.RegistryOption(nil), quick...), c.opts...)...)
 			t.Logf("%s in %s: %v", c.name, took.Round(time.Millisecond), err)
 			if injected.Hits() == 0 {
 				t.Fatalf("the fault broke no request")
@@ -218,7 +219,7 @@ func onBase(f *faultRun) *harness.Faulty   { return f.base }
 func TestPushDeadline(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.StallRequest, After: 1024})
-	reg, err := NewRegistries(WithStallTimeout(time.Minute))
+	reg, err := registry.NewRegistries(registry.WithStallTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,14 +274,14 @@ func (d damagedSources) Sources(components []*toa.Component) (v1.Layer, error) {
 // removed so that the next run builds the layer anew, and no tag points at the image.
 func TestDamagedCachedLayer(t *testing.T) {
 	f := newFaultRun(t)
-	reg, _ := NewRegistries()
+	reg, _ := registry.NewRegistries()
 	app, plan := loadAndPlan(t, f.dir, f.baseRef, reg)
 	cache := t.TempDir()
 	_, err := Push(context.Background(), app, plan, PushOptions{Registries: reg, Layers: damagedSources{dir: cache}, CacheDir: t.TempDir()})
 	if err == nil {
 		t.Fatal("a damaged layer was pushed")
 	}
-	var corrupt *CorruptBlobError
+	var corrupt *registry.CorruptBlobError
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "the cached layer "+cache) ||
 		!strings.Contains(err.Error(), "it was removed from the cache; run toa-push again") {
 		t.Fatalf("the error does not name the cache file and what to do: %v", err)
@@ -301,8 +302,8 @@ func TestDamagedCachedLayer(t *testing.T) {
 func TestRegistryAnswersDigestInvalid(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.Answer, Status: http.StatusBadRequest, Code: "DIGEST_INVALID"})
-	_, err, _ := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
-	var corrupt *CorruptBlobError
+	_, err, _ := f.push(t, registry.WithRetries(1), registry.WithBackoff(10*time.Millisecond))
+	var corrupt *registry.CorruptBlobError
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "(the registry answered DIGEST_INVALID)") {
 		t.Fatalf("want the blob named with the registry's answer: %v", err)
 	}

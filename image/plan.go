@@ -17,6 +17,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -256,7 +257,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 	}
 	if base.Err != nil {
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)

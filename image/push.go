@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -23,7 +24,7 @@ import (
 type PushOptions struct {
 	// Registries reads the bases (through their mirrors) and, without a Destination, is where
 	// the images go: the registry each image's reference names.
-	Registries *Registries
+	Registries *registry.Registries
 	// Destination is where the images go: NewRegistryDestination(Registries) when nil, or an
 	// OCI layout (OpenLayout).
 	Destination Destination
@@ -138,7 +139,7 @@ func unresolved(plan *Plan) error {
 				names = append(names, other.Name)
 			}
 		}
-		return &RegistryError{What: img.base.String(), Err: img.base.Err,
+		return &registry.RegistryError{What: img.base.String(), Err: img.base.Err,
 			Need: "to resolve the base of " + strings.Join(names, ", ")}
 	}
 	return nil
@@ -262,7 +263,7 @@ type depsImages struct {
 
 // dependencies returns the dependencies image of each platform: from the destination when its
 // tag is there, else built on the base and written there.
-func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
+func (b *builder) dependencies(ctx context.Context, src *registry.Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
 	idx, err := b.opts.Destination.Index(ctx, img.DepsReference())
 	if err != nil {
 		return nil, err
@@ -356,7 +357,7 @@ func (b *builder) sourceLayerBudget(deps *depsImages) int {
 // base reads the base image of one platform, from where it was resolved (its mirror, if it has
 // one), and what the install must know of it. Its layers are read only when the destination
 // lacks them.
-func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platform string) (v1.Image, Target, error) {
+func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string) (v1.Image, Target, error) {
 	resolved, err := reg.Reference(img.base.Source)
 	if err != nil {
 		return nil, Target{}, err
@@ -364,16 +365,16 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	digest := img.base.Platforms[platform]
 	ref := resolved.Context().Digest(digest)
 	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
-	base, err := reg.image(ctx, ref)
+	base, err := reg.Image(ctx, ref)
 	if err != nil {
-		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
+		return nil, Target{}, &registry.RegistryError{What: img.base.String(), Err: err, Need: need}
 	}
 	if base, err = baseAsOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
 		return nil, Target{}, err
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, Target{}, &RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
+		return nil, Target{}, &registry.RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
 	}
 	libc, err := b.libcOf(base, digest)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -111,7 +112,7 @@ func pushOnce(t *testing.T, dir, base string, layers Layers) (*Result, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func testPush(t *testing.T, r registries) {
 			t.Fatalf("push with a failing layer: %v", err)
 		}
 		app, _ := toa.Load(dir, "default")
-		reg, _ := NewRegistries()
+		reg, _ := registry.NewRegistries()
 		plan, _ := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: ResolveBase(context.Background(), reg, base)}})
 		ref, _ := name.ParseReference(plan.images[1].Reference())
 		if _, err := remote.Head(ref); err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -66,7 +67,7 @@ func serviceImage(app *toa.Application, s Service, opts PlanOptions, warnings *[
 		return img, nil
 	case base.Err != nil:
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
 		return img, nil
 	}
 	platforms, err := base.Select(app, warnings)

@@ -19,6 +19,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // DefaultKustomization is where the kustomization goes when WithKustomization does not say.
@@ -31,7 +32,7 @@ type options struct {
 	mono           bool
 	kustomization  string
 	ociLayout      string
-	registries     *image.Registries
+	registries     *registry.Registries
 	resolveTimeout time.Duration
 	cacheDir       string
 	log            logrus.FieldLogger
@@ -65,8 +66,8 @@ func WithKustomization(dir string) Option { return func(o *options) { o.kustomiz
 func WithOCILayout(dir string) Option { return func(o *options) { o.ociLayout = dir } }
 
 // WithRegistries sets how registries are reached: credentials, TLS, mirrors. Default:
-// image.NewRegistries() with none of its options.
-func WithRegistries(r *image.Registries) Option { return func(o *options) { o.registries = r } }
+// registry.NewRegistries() with none of its options.
+func WithRegistries(r *registry.Registries) Option { return func(o *options) { o.registries = r } }
 
 // WithResolveTimeout bounds the resolution of each base. Default: 20 s.
 func WithResolveTimeout(d time.Duration) Option { return func(o *options) { o.resolveTimeout = d } }
@@ -125,7 +126,7 @@ func newOptions(opts []Option) (*options, error) {
 		o.cacheDir = dir
 	}
 	if o.registries == nil {
-		r, err := image.NewRegistries()
+		r, err := registry.NewRegistries()
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/pipeline"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -67,9 +68,9 @@ func (c *pushCommand) Validate() error {
 }
 
 // mirrors are TOA_MIRRORS', then --mirror's, a flag overriding the environment for the same FROM.
-func (c *pushCommand) mirrors() (image.Mirrors, error) {
+func (c *pushCommand) mirrors() (registry.Mirrors, error) {
 	specs := strings.Split(os.Getenv("TOA_MIRRORS"), ",")
-	m, err := image.ParseMirrors(append(specs, c.Mirror...)...)
+	m, err := registry.ParseMirrors(append(specs, c.Mirror...)...)
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}
@@ -140,20 +141,20 @@ func (c *pushCommand) plan(ctx context.Context, opts []pipeline.Option) error {
 
 // options turn the flags into the pipeline's options.
 func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipeline.Option, error) {
-	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile),
-		image.WithStallTimeout(c.StallTimeout), image.WithRetries(c.Retries),
-		image.WithNotify(func(s string) { display.Print("warning: " + s) })}
+	regOpts := []registry.RegistryOption{registry.WithInsecure(c.Insecure), registry.WithCAFile(c.CAFile),
+		registry.WithStallTimeout(c.StallTimeout), registry.WithRetries(c.Retries),
+		registry.WithNotify(func(s string) { display.Print("warning: " + s) })}
 	if dir, err := layer.DefaultCacheDir(); err == nil {
-		regOpts = append(regOpts, image.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
+		regOpts = append(regOpts, registry.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
 	}
 	if c.FromOCILayout == "" {
 		mirrors, err := c.mirrors()
 		if err != nil {
 			return nil, err
 		}
-		regOpts = append(regOpts, image.WithMirrors(mirrors))
+		regOpts = append(regOpts, registry.WithMirrors(mirrors))
 	}
-	reg, err := image.NewRegistries(regOpts...)
+	reg, err := registry.NewRegistries(regOpts...)
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}

@@ -1,4 +1,4 @@
-package image
+package registry
 
 import (
 	"bytes"
@@ -33,8 +33,8 @@ import (
 // mounted; anything else is asked for once and sent, retried whole when its transfer breaks.
 // Child manifests are written by digest without asking, and the tag last.
 
-// writeIndex puts idx and everything it holds into ref's repository, the tag last.
-func (r *Registries) writeIndex(ctx context.Context, ref name.Reference, idx v1.ImageIndex) error {
+// WriteIndex puts idx and everything it holds into ref's repository, the tag last.
+func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.ImageIndex) error {
 	c, err := r.client(ctx, ref.Context())
 	if err != nil {
 		return err
@@ -281,7 +281,7 @@ func (w *writer) transfer(ctx context.Context, l v1.Layer, digest, from string) 
 		d := policy.delay(attempt, after)
 		if policy.notify != nil {
 			policy.notify(fmt.Sprintf("the blob %s for %s: %s; sending it again in %s (retry %d of %d)", shortDigest(digest),
-				w.repo, reason(err), d.Round(10*time.Millisecond), attempt+1, policy.retries))
+				w.repo, Reason(err), d.Round(10*time.Millisecond), attempt+1, policy.retries))
 		}
 		if err := sleep(ctx, d); err != nil {
 			return err

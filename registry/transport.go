@@ -1,4 +1,4 @@
-package image
+package registry
 
 import (
 	"context"
@@ -358,7 +358,7 @@ func (t *retryTransport) roundTrip(req *http.Request) (*http.Response, error) {
 			if !t.retryable(err) {
 				return resp, err
 			}
-			why = reason(err)
+			why = Reason(err)
 		case retryStatus(resp.StatusCode):
 			after := retryAfter(resp.Header)
 			if after > maxRetryAfter {
@@ -479,7 +479,7 @@ func (b *resumingBody) resume(cause error) bool {
 	}
 	b.rc.Close()
 	d := b.t.policy.delay(b.tries, 0)
-	b.t.notify(b.req, fmt.Sprintf("the download broke after %d bytes (%s)", b.n, reason(cause)), d, b.tries)
+	b.t.notify(b.req, fmt.Sprintf("the download broke after %d bytes (%s)", b.n, Reason(cause)), d, b.tries)
 	b.tries++
 	if sleep(b.req.Context(), d) != nil {
 		return false

@@ -1,4 +1,4 @@
-package image
+package registry
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
-// reason says in a few words why a registry request failed: the host that could not be found or
+// Reason says in a few words why a registry request failed: the host that could not be found or
 // reached, a connection that broke or stalled mid-transfer, whose credentials were refused, or
 // what the registry answered, instead of the raw chain of Go errors.
-func reason(err error) string {
+func Reason(err error) string {
 	var (
 		broken  *BrokenError
 		stall   *StallError
@@ -100,7 +100,7 @@ type RegistryError struct {
 }
 
 func (e *RegistryError) Error() string {
-	s := e.What + ": " + reason(e.Err)
+	s := e.What + ": " + Reason(e.Err)
 	if e.Need != "" {
 		s += " (needed " + e.Need + ")"
 	}
@@ -172,7 +172,7 @@ func connectError(host string, err error, insecure bool) error {
 			Message: fmt.Sprintf("%s does not speak HTTPS (it answered the TLS handshake in plain HTTP)", host),
 			Hint:    "if it is a plain HTTP registry, pass --insecure to allow plain HTTP for it"}
 	}
-	return &ConnectError{Host: host, Err: err, Message: reason(withoutPlainHTTP(err))}
+	return &ConnectError{Host: host, Err: err, Message: Reason(withoutPlainHTTP(err))}
 }
 
 // tlsWords is the certificate error alone, without the URL and method around it.

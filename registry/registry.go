@@ -1,4 +1,11 @@
-package image
+// Package registry is toa-push's client of OCI registries, and knows nothing of Toa: the
+// transport (a stall timeout on every transfer, retries with backoff and Retry-After, resumed
+// downloads, one ping and one login per registry in a run), credentials from Docker's config and
+// its helpers, mirrors for reading bases, and the writing half (blobs sent once and mounted
+// everywhere else, remembered across runs, the tag last). It is a room of its own because it is
+// half of what image/ was, and it is tested without a Toa application: image/ keeps the plan,
+// the build and the outputs, and asks this package for the bytes.
+package registry
 
 import (
 	"context"
@@ -373,8 +380,8 @@ func (r *Registries) options(ctx context.Context, ref name.Reference) ([]remote.
 	return []remote.Option{remote.WithContext(withCounter(ctx, r.counter)), remote.WithTransport(c.transport)}, c, nil
 }
 
-// get reads ref's manifest or index.
-func (r *Registries) get(ctx context.Context, ref name.Reference) (*remote.Descriptor, error) {
+// Get reads ref's manifest or index.
+func (r *Registries) Get(ctx context.Context, ref name.Reference) (*remote.Descriptor, error) {
 	opts, c, err := r.options(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -383,8 +390,8 @@ func (r *Registries) get(ctx context.Context, ref name.Reference) (*remote.Descr
 	return desc, c.explain(err)
 }
 
-// head asks for ref's descriptor with one HEAD.
-func (r *Registries) head(ctx context.Context, ref name.Reference) (*v1.Descriptor, error) {
+// Head asks for ref's descriptor with one HEAD.
+func (r *Registries) Head(ctx context.Context, ref name.Reference) (*v1.Descriptor, error) {
 	opts, c, err := r.options(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -393,8 +400,8 @@ func (r *Registries) head(ctx context.Context, ref name.Reference) (*v1.Descript
 	return desc, c.explain(err)
 }
 
-// image reads ref's image; its layers stay in the registry until they are read.
-func (r *Registries) image(ctx context.Context, ref name.Reference) (v1.Image, error) {
+// Image reads ref's image; its layers stay in the registry until they are read.
+func (r *Registries) Image(ctx context.Context, ref name.Reference) (v1.Image, error) {
 	opts, c, err := r.options(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -403,8 +410,8 @@ func (r *Registries) image(ctx context.Context, ref name.Reference) (v1.Image, e
 	return img, c.explain(err)
 }
 
-// index reads ref's index; its images stay in the registry until they are read.
-func (r *Registries) index(ctx context.Context, ref name.Reference) (v1.ImageIndex, error) {
+// Index reads ref's index; its images stay in the registry until they are read.
+func (r *Registries) Index(ctx context.Context, ref name.Reference) (v1.ImageIndex, error) {
 	opts, c, err := r.options(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -445,4 +452,16 @@ func retryable(err error) bool {
 // isRefused says whether the connection was refused: nothing listens there (now).
 func isRefused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// WriteImage pushes one image manifest and its blobs under ref with go-containerregistry's
+// remote.Write: a referrer by its digest (on a registry without the referrers API,
+// go-containerregistry keeps the subject's referrers tag, sha256-<hex>, up to date), or a
+// signature image under its tag.
+func (r *Registries) WriteImage(ctx context.Context, ref name.Reference, img v1.Image) error {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return err
+	}
+	return c.explain(remote.Write(ref, img, opts...))
 }
