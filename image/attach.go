@@ -84,7 +84,7 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 	err = counted.WriteImage(ctx, r, img)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &registry.RegistryError{What: "push " + ref, Err: err}
+		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }
@@ -100,7 +100,7 @@ func (d *RegistryDestination) Manifest(ctx context.Context, ref string) (v1.Imag
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &registry.RegistryError{What: ref, Err: err, Need: "to read what is attached to an image"}
+		return nil, registry.Wrap(ref, "to read what is attached to an image", err)
 	}
 	return img, nil
 }

@@ -65,7 +65,7 @@ func TestTLSRegistryOnLoopback(t *testing.T) {
 	if err == nil {
 		t.Fatal("resolved through an untrusted certificate")
 	}
-	msg := (&registry.RegistryError{What: "the base " + ref, Err: err}).Error()
+	msg := (registry.Wrap("the base "+ref, "", err)).Error()
 	for _, want := range []string{"the TLS certificate of " + host + " does not verify", "--ca-file", "--insecure"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the message lacks %q:\n%s", want, msg)

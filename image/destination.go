@@ -60,7 +60,7 @@ func (d *RegistryDestination) Digest(ctx context.Context, ref string) (string, e
 		return "", nil
 	}
 	if err != nil {
-		return "", &registry.RegistryError{What: ref, Err: err, Need: "to ask the target registry which images it has"}
+		return "", registry.Wrap(ref, "to ask the target registry which images it has", err)
 	}
 	return desc.Digest.String(), nil
 }
@@ -76,7 +76,7 @@ func (d *RegistryDestination) Index(ctx context.Context, ref string) (v1.ImageIn
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &registry.RegistryError{What: ref, Err: err, Need: "to read the dependencies image from the target registry"}
+		return nil, registry.Wrap(ref, "to read the dependencies image from the target registry", err)
 	}
 	return idx, nil
 }
@@ -93,7 +93,7 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 	err = counted.WriteIndex(ctx, r, idx)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &registry.RegistryError{What: "push " + ref, Err: err}
+		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }

@@ -139,8 +139,7 @@ func unresolved(plan *Plan) error {
 				names = append(names, other.Name)
 			}
 		}
-		return &registry.RegistryError{What: img.base.String(), Err: img.base.Err,
-			Need: "to resolve the base of " + strings.Join(names, ", ")}
+		return registry.Wrap(img.base.String(), "to resolve the base of "+strings.Join(names, ", "), img.base.Err)
 	}
 	return nil
 }
@@ -367,14 +366,14 @@ func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image
 	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
 	base, err := reg.Image(ctx, ref)
 	if err != nil {
-		return nil, Target{}, &registry.RegistryError{What: img.base.String(), Err: err, Need: need}
+		return nil, Target{}, registry.Wrap(img.base.String(), need, err)
 	}
 	if base, err = baseAsOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
 		return nil, Target{}, err
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, Target{}, &registry.RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
+		return nil, Target{}, registry.Wrap("the config of "+img.base.String(), need, err)
 	}
 	libc, err := b.libcOf(base, digest)
 	if err != nil {

@@ -258,3 +258,21 @@ func testPush(t *testing.T, r registries) {
 		}
 	})
 }
+
+// pushWith resolves the base and pushes the application in dir with reg.
+func pushWith(ctx context.Context, t *testing.T, dir, base string, reg *registry.Registries) (*Result, error) {
+	t.Helper()
+	app, err := toa.Load(dir, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := ResolveBase(ctx, reg, base)
+	if resolved.Err != nil {
+		return nil, resolved.Err
+	}
+	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: resolved}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Push(ctx, app, plan, PushOptions{Registries: reg, Layers: fakeLayers{}, CacheDir: t.TempDir()})
+}

@@ -141,25 +141,21 @@ func credentialSource(file, host string) string {
 	return file
 }
 
-// AccessError is a registry that asked for credentials and refused the ones it got, or got none.
-type AccessError struct {
-	Host   string
-	Status int
-	Source string // where the credentials came from; "" when none were found
-	Looked string // where they were looked for: "looked in FILE", "there is no Docker config file at FILE"
-	Err    error
-}
-
-func (e *AccessError) Error() string {
-	if e.Source == "" {
-		return fmt.Sprintf("%s asks for credentials (%d) and none were found for it (%s): log in with `docker login %s`, or configure a credential helper for it",
-			e.Host, e.Status, e.Looked, e.Host)
+// refusedCredentials is a registry (host) that asked for credentials and refused the ones it got
+// (from source), or got none (source ""; looked says where they were looked for: "looked in
+// FILE", "there is no Docker config file at FILE"). err is the registry's answer.
+func refusedCredentials(host string, status int, source, looked string, err error) *Error {
+	e := withRequest(&Error{Kind: Credentials, Host: host, Err: err}, err)
+	e.Status = status
+	if source == "" {
+		e.Message = fmt.Sprintf("%s asks for credentials (%d) and none were found for it (%s): log in with `docker login %s`, or configure a credential helper for it",
+			host, status, looked, host)
+		return e
 	}
 	verb := "refused the credentials of"
-	if e.Status == 403 {
+	if status == 403 {
 		verb = "does not allow this with the credentials of"
 	}
-	return fmt.Sprintf("%s %s %s (%d): log in again with `docker login %s`, or check that the account may push to it", e.Host, verb, e.Source, e.Status, e.Host)
+	e.Message = fmt.Sprintf("%s %s %s (%d): log in again with `docker login %s`, or check that the account may push to it", host, verb, source, status, host)
+	return e
 }
-
-func (e *AccessError) Unwrap() error { return e.Err }

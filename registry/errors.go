@@ -9,10 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Reason says in a few words why a registry request failed: the host that could not be found or
@@ -20,29 +24,14 @@ import (
 // what the registry answered, instead of the raw chain of Go errors.
 func Reason(err error) string {
 	var (
-		broken  *BrokenError
-		stall   *StallError
-		connect *ConnectError
-		access  *AccessError
-		after   *RetryAfterError
-		corrupt *CorruptBlobError
-		dns     *net.DNSError
-		op      *net.OpError
-		terr    *transport.Error
+		rerr *Error
+		dns  *net.DNSError
+		op   *net.OpError
+		terr *transport.Error
 	)
 	switch {
-	case errors.As(err, &broken):
-		return broken.Error()
-	case errors.As(err, &stall):
-		return stall.Error()
-	case errors.As(err, &connect):
-		return connect.Error()
-	case errors.As(err, &access):
-		return access.Error()
-	case errors.As(err, &after):
-		return after.Error()
-	case errors.As(err, &corrupt):
-		return corrupt.Error()
+	case errors.As(err, &rerr):
+		return rerr.words()
 	case errors.As(err, &dns):
 		return fmt.Sprintf("cannot find the host %s (%s)", dns.Name, dns.Err)
 	case errors.As(err, &op) && op.Op == "dial" && op.Addr != nil:
@@ -91,63 +80,6 @@ func registryAnswer(e *transport.Error) string {
 	return status
 }
 
-// RegistryError is a registry request that failed: what was asked for (an image, a base and the
-// mirror it is read from), why, in a few words that name the host, and what it was needed for.
-type RegistryError struct {
-	What string // "the base ghcr.io/toa-io/runtime:1.0.0 from the mirror ..."
-	Err  error
-	Need string // "to resolve the base of composition-front"
-}
-
-func (e *RegistryError) Error() string {
-	s := e.What + ": " + Reason(e.Err)
-	if e.Need != "" {
-		s += " (needed " + e.Need + ")"
-	}
-	return s
-}
-
-func (e *RegistryError) Unwrap() error { return e.Err }
-
-// ConnectError is a registry that could not be spoken to, with what to do about it: a TLS
-// certificate that does not verify, plain HTTP where HTTPS was expected.
-type ConnectError struct {
-	Host    string
-	Message string
-	Hint    string
-	Err     error
-}
-
-func (e *ConnectError) Error() string {
-	if e.Hint == "" {
-		return e.Message
-	}
-	return e.Message + ": " + e.Hint
-}
-
-func (e *ConnectError) Unwrap() error { return e.Err }
-
-// OutOfReach says whether err is a registry that gave no answer about what was asked: it could
-// not be reached or spoken to, did not answer in time, or answered that it is unavailable (5xx,
-// 429). A registry that answered no (not found, credentials refused, a format toa-push does not
-// take) is not out of reach: what it said holds, and a plan must not be made around it.
-func OutOfReach(err error) bool {
-	var terr *transport.Error
-	if errors.As(err, &terr) {
-		return retryStatus(terr.StatusCode)
-	}
-	var (
-		access *AccessError
-		conn   *ConnectError
-		nerr   net.Error
-	)
-	if errors.As(err, &access) {
-		return false
-	}
-	// net.Error covers a refused or reset connection too: syscall.Errno is one
-	return errors.As(err, &conn) || errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
 // connectError says why the ping of host failed. go-containerregistry tries HTTPS and, where
 // plain HTTP is allowed, HTTP too; the TLS failure is the one that tells the user what is
 // wrong, not the HTTP attempt's "400 Bad Request" from a TLS server.
@@ -161,18 +93,18 @@ func connectError(host string, err error, insecure bool) error {
 	)
 	switch {
 	case errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
-		return &ConnectError{Host: host, Err: err,
+		return &Error{Kind: Connect, Host: host, Err: err,
 			Message: fmt.Sprintf("the TLS certificate of %s does not verify (%s)", host, tlsWords(err)),
 			Hint:    "pass --ca-file FILE with the certificate of the CA that signed it, or --insecure to skip the check"}
 	case errors.As(err, &record) || errors.Is(err, errPlainHTTP) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		if insecure || isLoopback(host) {
 			break
 		}
-		return &ConnectError{Host: host, Err: err,
+		return &Error{Kind: Connect, Host: host, Err: err,
 			Message: fmt.Sprintf("%s does not speak HTTPS (it answered the TLS handshake in plain HTTP)", host),
 			Hint:    "if it is a plain HTTP registry, pass --insecure to allow plain HTTP for it"}
 	}
-	return &ConnectError{Host: host, Err: err, Message: Reason(withoutPlainHTTP(err))}
+	return withRequest(&Error{Kind: Unreachable, Host: host, Err: err, Message: Reason(withoutPlainHTTP(err))}, err)
 }
 
 // tlsWords is the certificate error alone, without the URL and method around it.
@@ -208,16 +140,116 @@ func withoutPlainHTTP(err error) error {
 	return err
 }
 
-// CorruptBlobError is a blob whose bytes are not what its digest says: a cached layer damaged
-// on disk, or a registry that answered DIGEST_INVALID.
-type CorruptBlobError struct {
-	Digest  string
-	File    string // the cache file it was read from, "" when it is not one
-	Got     string // the digest of what was read, "" when the registry said so
-	Evicted bool   // the file was removed from the cache
+// Kind is what went wrong with a registry request.
+type Kind int
+
+// The kinds of Error. Answered is the zero value: the registry answered with an error status.
+const (
+	Answered    Kind = iota // the registry answered no: a status and its own diagnostics
+	Unreachable             // it could not be found or connected to, or closed without an answer
+	Connect                 // it could not be spoken to: a certificate that does not verify, plain HTTP
+	Credentials             // it asked for credentials and refused the ones it got, or got none
+	Stalled                 // no byte moved for the stall timeout
+	Broken                  // the connection broke or stalled mid-transfer as often as the retries allow
+	Later                   // it asked to come back later than toa-push waits
+	Corrupt                 // a blob's bytes are not what its digest says
+	Hostile                 // what it sent breaks a bound: too big, too many redirects, HTTPS to HTTP
+)
+
+// Error is every failure of a registry request, in the manner of go-containerregistry's
+// transport.Error: the request (method and URL, without credentials or query), the status and the
+// registry's own `errors` diagnostics where it answered, its Retry-After, and the Kind, from which
+// the exit class and whether the registry is out of reach are read. What and Need, where set, say
+// what was asked for and what for ("the base ghcr.io/toa-io/runtime:1.0.0", "to build the
+// dependencies of front"); the rest of the message is the cause's, in a few words.
+type Error struct {
+	Kind        Kind
+	Method      string
+	URL         string
+	Host        string
+	Status      int                    // 0 when the registry did not answer
+	Diagnostics []transport.Diagnostic // the registry's own `errors` array
+	RetryAfter  time.Duration          // what the registry's Retry-After asked, 0 when it did not
+
+	What    string // what was asked for; "" for the request itself
+	Need    string // what it was needed for; may be ""
+	Message string // what happened; "" to say what Err says
+	Hint    string // what to do; may be ""
+
+	Digest  string // Corrupt: the blob
+	File    string // Corrupt: the cache file it was read from, "" when it is not one
+	Got     string // Corrupt: the digest of what was read, "" when the registry said DIGEST_INVALID
+	Evicted bool   // Corrupt: the file was removed from the cache
+
+	Err error // the cause; may be nil
 }
 
-func (e *CorruptBlobError) Error() string {
+func (e *Error) Error() string {
+	s := e.words()
+	if e.What != "" {
+		s = e.What + ": " + s
+	}
+	if e.Need != "" {
+		s += " (needed " + e.Need + ")"
+	}
+	return s
+}
+
+// words is the message without what was asked for.
+func (e *Error) words() string {
+	switch {
+	case e.Kind == Corrupt:
+		return e.corruptWords()
+	case e.Message != "" && e.Hint != "":
+		return e.Message + ": " + e.Hint
+	case e.Message != "":
+		return e.Message
+	case e.Err != nil:
+		return Reason(e.Err)
+	}
+	return e.Kind.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes a stall a context.DeadlineExceeded, as every timeout is.
+func (e *Error) Is(target error) bool { return target == context.DeadlineExceeded && e.Kind == Stalled }
+
+// Class is the exit class fault.ClassOf reads: a stall, or a request that ran out of time, is a
+// timeout (exit 3), once the retries are spent; anything else a registry does is a failure of the
+// work (exit 1), never the user's input, whatever the registry sent.
+func (e *Error) Class() fault.Class {
+	if errors.Is(e, context.DeadlineExceeded) {
+		return fault.ClassTimeout
+	}
+	return fault.ClassFailed
+}
+
+func (k Kind) String() string {
+	switch k {
+	case Answered:
+		return "the registry answered with an error"
+	case Unreachable:
+		return "the registry could not be reached"
+	case Connect:
+		return "the registry could not be spoken to"
+	case Credentials:
+		return "the registry refused the credentials"
+	case Stalled:
+		return "the transfer stalled"
+	case Broken:
+		return "the connection broke mid-transfer"
+	case Later:
+		return "the registry asks to come back later"
+	case Corrupt:
+		return "a blob is damaged"
+	case Hostile:
+		return "the registry sent what toa-push does not take"
+	}
+	return "registry error"
+}
+
+func (e *Error) corruptWords() string {
 	what := "the blob " + e.Digest
 	if e.File != "" {
 		what = "the cached layer " + e.File
@@ -235,4 +267,123 @@ func (e *CorruptBlobError) Error() string {
 		return s + ": remove it and run toa-push again to build it anew"
 	}
 	return s
+}
+
+// Wrap says what a failed request asked for and what for: "the base X: <why> (needed to ...)".
+// The request, status, diagnostics and kind of the cause are carried up, so that the outermost
+// error says everything. It returns nil for nil.
+func Wrap(what, need string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var inner *Error
+	if errors.As(err, &inner) {
+		e := *inner // its words too: what it says of itself is said the same under what and need
+		e.What, e.Need, e.Err = what, need, err
+		return &e
+	}
+	return withRequest(&Error{Kind: kindOf(err), What: what, Need: need, Err: err}, err)
+}
+
+// withRequest fills in what go-containerregistry's transport.Error or Go's url.Error says of the
+// request and the answer.
+func withRequest(e *Error, err error) *Error {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		e.Status, e.Diagnostics = terr.StatusCode, terr.Errors
+		if terr.Request != nil {
+			e.Method, e.URL = terr.Request.Method, cleanURL(terr.Request.URL)
+			if e.Host == "" {
+				e.Host = terr.Request.URL.Host
+			}
+		}
+		return e
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) && e.Method == "" {
+		e.Method = uerr.Op
+		if u, perr := url.Parse(uerr.URL); perr == nil {
+			e.URL = cleanURL(u)
+			if e.Host == "" {
+				e.Host = u.Host
+			}
+		}
+	}
+	return e
+}
+
+// requestError is a failure of req: its method, URL and host, with the kind and the words.
+func requestError(req *http.Request, kind Kind, message string, err error) *Error {
+	return &Error{Kind: kind, Method: req.Method, URL: cleanURL(req.URL), Host: req.URL.Host, Message: message, Err: err}
+}
+
+// cleanURL is u without credentials, query or fragment: upload locations carry session state
+// and sometimes signed tokens.
+func cleanURL(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	c.User, c.RawQuery, c.Fragment, c.ForceQuery = nil, "", "", false
+	return c.String()
+}
+
+// kindOf sorts a cause that is not an Error.
+func kindOf(err error) Kind {
+	var (
+		inner *Error
+		terr  *transport.Error
+		nerr  net.Error
+	)
+	switch {
+	case errors.As(err, &inner):
+		return inner.Kind
+	case errors.As(err, &terr):
+		return Answered
+	case errors.Is(err, context.DeadlineExceeded):
+		return Unreachable
+	case errors.As(err, &nerr), errors.Is(err, io.ErrUnexpectedEOF):
+		return Unreachable
+	}
+	return Answered
+}
+
+// hasKind says whether an Error of kind k is anywhere in err's chain (a broken download wraps
+// the stall that broke it).
+func hasKind(err error, k Kind) bool {
+	var e *Error
+	for errors.As(err, &e) {
+		if e.Kind == k {
+			return true
+		}
+		err = e.Err
+	}
+	return false
+}
+
+// OutOfReach says whether err is a registry that gave no answer about what was asked: it could
+// not be reached or spoken to, did not answer in time, or answered that it is unavailable (5xx,
+// 429). A registry that answered no (not found, credentials refused, a format toa-push does not
+// take, a blob that is not its digest, a bound broken) is not out of reach: what it said holds,
+// and a plan must not be made around it.
+func OutOfReach(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		switch {
+		case e.Kind == Credentials, e.Kind == Corrupt, e.Kind == Hostile:
+			return false
+		case e.Status != 0:
+			return retryStatus(e.Status)
+		case e.Kind == Answered && e.Err != nil:
+			return OutOfReach(e.Err)
+		}
+		return e.Kind != Answered
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		return retryStatus(terr.StatusCode)
+	}
+	var nerr net.Error
+	// net.Error covers a refused or reset connection too: syscall.Errno is one
+	return errors.As(err, &nerr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -308,11 +308,10 @@ func (c *client) explain(err error) error {
 	if err == nil || !errors.As(err, &terr) || (terr.StatusCode != http.StatusUnauthorized && terr.StatusCode != http.StatusForbidden) {
 		return err
 	}
-	var access *AccessError
-	if errors.As(err, &access) {
+	if hasKind(err, Credentials) {
 		return err
 	}
-	return &AccessError{Host: c.host, Status: terr.StatusCode, Source: c.found.source, Looked: c.found.looked, Err: err}
+	return refusedCredentials(c.host, terr.StatusCode, c.found.source, c.found.looked, err)
 }
 
 // isLoopback says whether host is this machine: localhost, 127.0.0.0/8 or ::1, with any port.
@@ -426,8 +425,7 @@ func (r *Registries) Index(ctx context.Context, ref name.Reference) (v1.ImageInd
 // has already waited long enough. A connection that breaks or stalls in the middle of a
 // transfer is retried.
 func retryable(err error) bool {
-	var stall *StallError
-	if errors.As(err, &stall) {
+	if hasKind(err, Stalled) {
 		return true
 	}
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {

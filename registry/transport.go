@@ -20,22 +20,22 @@ import (
 // Retry-After. A blob download cut in the middle resumes where it stopped (a Range request);
 // a blob upload is retried whole by the writer (upload.go), since its body is a stream.
 
-// StallError is a transfer in which no byte moved for the stall timeout. It counts as a timeout
-// (exit 3) once the retries are spent.
-type StallError struct {
-	Host   string
-	Method string
-	Path   string
-	Limit  time.Duration
-	Phase  string // "sending", "waiting for the answer", "receiving"
+// stalled is a transfer in which no byte moved for the stall timeout, while phase ("sending",
+// "waiting for the answer", "receiving"). It counts as a timeout (exit 3) once the retries are
+// spent.
+func stalled(req *http.Request, limit time.Duration, phase string) *Error {
+	return requestError(req, Stalled, fmt.Sprintf("no byte moved for %s while %s (%s %s on %s; --stall-timeout)",
+		limit, phase, req.Method, shortPath(req.URL.Path), req.URL.Host), nil)
 }
 
-func (e *StallError) Error() string {
-	return fmt.Sprintf("no byte moved for %s while %s (%s %s on %s; --stall-timeout)", e.Limit, e.Phase, e.Method, shortPath(e.Path), e.Host)
+// stallOf is the stall that ended ctx, or nil.
+func stallOf(ctx context.Context) *Error {
+	var e *Error
+	if errors.As(context.Cause(ctx), &e) && e.Kind == Stalled {
+		return e
+	}
+	return nil
 }
-
-// Is makes a stall a context.DeadlineExceeded, so that it exits 3 as every timeout does.
-func (e *StallError) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // shortPath keeps a registry path readable: digests cut to 12 hex digits, upload session ids
 // dropped.
@@ -65,7 +65,7 @@ func (s *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	g := &guard{limit: s.limit}
 	g.fire = func(phase string) {
-		cancel(&StallError{Host: req.URL.Host, Method: req.Method, Path: req.URL.Path, Limit: s.limit, Phase: phase})
+		cancel(stalled(req, s.limit, phase))
 	}
 	out := req.WithContext(ctx)
 	if req.Body != nil && req.Body != http.NoBody {
@@ -75,8 +75,7 @@ func (s *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := s.next.RoundTrip(out)
 	if err != nil {
 		g.stop()
-		var stall *StallError
-		if errors.As(context.Cause(ctx), &stall) {
+		if stall := stallOf(ctx); stall != nil {
 			cancel(nil)
 			return nil, stall
 		}
@@ -179,8 +178,7 @@ func (b *guardedResponseBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.g.pause()
 	if err != nil && err != io.EOF {
-		var stall *StallError
-		if errors.As(context.Cause(b.ctx), &stall) {
+		if stall := stallOf(b.ctx); stall != nil {
 			return n, stall
 		}
 	}
@@ -304,16 +302,11 @@ func retryStatus(code int) bool {
 	return false
 }
 
-// RetryAfterError is a registry that asked to come back later than toa-push waits.
-type RetryAfterError struct {
-	Host   string
-	Status int
-	After  time.Duration
-}
-
-func (e *RetryAfterError) Error() string {
-	return fmt.Sprintf("%s answered %d %s and asks to retry after %s, longer than toa-push waits (%s)", e.Host, e.Status,
-		http.StatusText(e.Status), e.After, maxRetryAfter)
+// later is a registry that asked to come back later than toa-push waits.
+func later(host string, status int, after time.Duration) *Error {
+	return &Error{Kind: Later, Host: host, Status: status, RetryAfter: after,
+		Message: fmt.Sprintf("%s answered %d %s and asks to retry after %s, longer than toa-push waits (%s)", host, status,
+			http.StatusText(status), after, maxRetryAfter)}
 }
 
 // retryTransport sends again a request that can be sent again (no body, or a body it can
@@ -433,31 +426,25 @@ func (b *resumingBody) broken(err error) error {
 	if !b.t.retryable(err) {
 		return err
 	}
-	return &BrokenError{What: "the download of " + shortPath(b.req.URL.Path), Host: b.req.URL.Host, After: b.n, Size: b.size, Err: err}
+	return brokenOff(b.req, "the download of "+shortPath(b.req.URL.Path), b.n, b.size, err)
 }
 
-// BrokenError is a transfer whose connection broke or stalled in the middle, as often as the
-// retries allowed. A stall counts as a timeout (exit 3); a broken connection as a failure.
-type BrokenError struct {
-	What        string // "the download of /v2/shop/front/blobs/sha256:0123456789ab"
-	Host        string
-	After, Size int64 // bytes moved before it broke; the size, or -1 when unknown
-	Err         error
-}
-
-func (e *BrokenError) Error() string {
+// brokenOff is a transfer (what: "the download of /v2/shop/front/blobs/sha256:0123456789ab")
+// whose connection broke or stalled in the middle after n of size bytes (size -1 when unknown),
+// as often as the retries allowed. A stall counts as a timeout (exit 3); a broken connection as a
+// failure.
+func brokenOff(req *http.Request, what string, n, size int64, err error) *Error {
 	of := ""
-	if e.Size > 0 {
-		of = fmt.Sprintf(" of %d", e.Size)
+	if size > 0 {
+		of = fmt.Sprintf(" of %d", size)
 	}
-	var stall *StallError
-	if errors.As(e.Err, &stall) {
-		return fmt.Sprintf("%s from %s stalled after %d bytes%s: %s", e.What, e.Host, e.After, of, stall.Error())
+	host := req.URL.Host
+	var stall *Error
+	if errors.As(err, &stall) && stall.Kind == Stalled {
+		return requestError(req, Broken, fmt.Sprintf("%s from %s stalled after %d bytes%s: %s", what, host, n, of, stall.Error()), err)
 	}
-	return fmt.Sprintf("%s from %s broke off mid-transfer after %d bytes%s (%s)", e.What, e.Host, e.After, of, lastWords(e.Err))
+	return requestError(req, Broken, fmt.Sprintf("%s from %s broke off mid-transfer after %d bytes%s (%s)", what, host, n, of, lastWords(err)), err)
 }
-
-func (e *BrokenError) Unwrap() error { return e.Err }
 
 // pending keeps a failure that came with bytes for the next Read, which then resumes.
 func (b *resumingBody) pending(err error) {

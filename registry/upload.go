@@ -160,19 +160,10 @@ func (w *writer) check(resp *http.Response, want ...int) error {
 		return nil
 	}
 	if after := retryAfter(resp.Header); after > 0 {
-		err = &laterError{err: err, after: after}
+		err = withRequest(&Error{Kind: Answered, RetryAfter: after, Err: err}, err)
 	}
 	return w.c.explain(err)
 }
-
-// laterError is a registry's answer that came with a Retry-After.
-type laterError struct {
-	err   error
-	after time.Duration
-}
-
-func (e *laterError) Error() string { return e.err.Error() }
-func (e *laterError) Unwrap() error { return e.err }
 
 // sameHostRedirects follows redirects, but not to a private or loopback address of another host:
 // a registry must not send what it is given to a service inside our network.
@@ -276,7 +267,7 @@ func (w *writer) transfer(ctx context.Context, l v1.Layer, digest, from string) 
 			if errors.As(err, &terr) {
 				status = terr.StatusCode
 			}
-			return &RetryAfterError{Host: w.c.host, Status: status, After: after}
+			return later(w.c.host, status, after)
 		}
 		d := policy.delay(attempt, after)
 		if policy.notify != nil {
@@ -292,14 +283,13 @@ func (w *writer) transfer(ctx context.Context, l v1.Layer, digest, from string) 
 // retry says whether a failed transfer is worth another try, and how long the registry asked to
 // wait.
 func (w *writer) retry(err error) (time.Duration, bool) {
-	var corrupt *CorruptBlobError
-	if errors.As(err, &corrupt) && corrupt.Got != "" {
+	var e *Error
+	if errors.As(err, &e) && e.Kind == Corrupt && e.Got != "" {
 		return 0, false // the bytes we have are wrong: sending them again will not help
 	}
-	var later *laterError
 	after := time.Duration(0)
-	if errors.As(err, &later) {
-		after = later.after
+	if errors.As(err, &e) {
+		after = e.RetryAfter
 	}
 	var terr *transport.Error
 	switch {
@@ -318,11 +308,11 @@ func (w *writer) final(l v1.Layer, digest string, err error) error {
 	if !errors.As(err, &terr) || !isDigestInvalid(terr) {
 		return err
 	}
-	e := &CorruptBlobError{Digest: digest}
+	e := withRequest(&Error{Kind: Corrupt, Digest: digest, Err: err}, err)
 	if f, ok := l.(cachedFile); ok {
 		e.File = f.CachedFile()
 	}
-	return fmt.Errorf("%w: %w", e, err)
+	return e
 }
 
 func isDigestInvalid(e *transport.Error) bool {
@@ -545,7 +535,7 @@ type cachedFile interface{ CachedFile() string }
 // corrupt is the error for a blob whose bytes are not its digest; a cached file is removed, so
 // that the next run builds it anew.
 func corrupt(l v1.Layer, digest, got string) error {
-	e := &CorruptBlobError{Digest: digest, Got: got}
+	e := &Error{Kind: Corrupt, Digest: digest, Got: got}
 	if f, ok := l.(cachedFile); ok && f.CachedFile() != "" {
 		e.File = f.CachedFile()
 		e.Evicted = os.Remove(e.File) == nil

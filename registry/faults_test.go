@@ -1,8 +1,9 @@
-package image
+package registry
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,21 +14,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/registry"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
-// faultRun is an application of two compositions whose base is on one faulty registry and whose
-// images go to another, so that faults can break the downloads of the base and the uploads of
-// the images.
+// faultRun is a base on one faulty registry and two images built on it (the base's index with a
+// new layer on each of its images) that go to two repositories of another, as a push of two
+// compositions does, so that faults can break the downloads of the base and the uploads of the
+// images. Nothing of Toa is needed: the registry client is all that runs.
 type faultRun struct {
 	base, target *harness.Faulty
-	baseRef, dir string
+	baseRef      string
 
 	mu      sync.Mutex
 	notices []string
@@ -36,26 +38,25 @@ type faultRun struct {
 func newFaultRun(t *testing.T) *faultRun {
 	f := &faultRun{base: harness.FaultyRegistry(t), target: harness.FaultyRegistry(t)}
 	f.baseRef = harness.PushLayeredBase(t, f.base.Addr)
-	f.dir = twoCompositions(t, f.target.Addr, f.baseRef)
 	return f
 }
 
-// push pushes the application with the registry options given, and returns its result, its
+// push pushes the two images with the registry options given, and returns their references, the
 // error and how long it took.
-func (f *faultRun) push(t *testing.T, opts ...registry.RegistryOption) (*Result, error, time.Duration) {
+func (f *faultRun) push(t *testing.T, opts ...RegistryOption) ([]string, error, time.Duration) {
 	t.Helper()
-	notify := registry.WithNotify(func(s string) {
+	notify := WithNotify(func(s string) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.notices = append(f.notices, s)
 	})
-	reg, err := registry.NewRegistries(append([]registry.RegistryOption{notify}, opts...)...)
+	reg, err := NewRegistries(append([]RegistryOption{notify}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	res, err := pushWith(context.Background(), t, f.dir, f.baseRef, reg)
-	return res, err, time.Since(start)
+	refs, err := pushWith(context.Background(), t, f.baseRef, f.target.Addr, reg, nil)
+	return refs, err, time.Since(start)
 }
 
 func (f *faultRun) said(s string) bool {
@@ -69,22 +70,69 @@ func (f *faultRun) said(s string) bool {
 	return false
 }
 
-// pushWith resolves the base and pushes the application in dir with reg.
-func pushWith(ctx context.Context, t *testing.T, dir, base string, reg *registry.Registries) (*Result, error) {
+// pushWith reads the base's index from its registry with reg, and writes two images built on it
+// into target's repositories shop/front and shop/back, tagged last, as a push of two compositions
+// does: the base's layers stream from one registry into the other, the new ones are sent once.
+// top, when not nil, makes each image's new layer.
+func pushWith(ctx context.Context, t *testing.T, base, target string, reg *Registries, top func() v1.Layer) ([]string, error) {
 	t.Helper()
-	app, err := toa.Load(dir, "default")
+	ref, err := reg.Reference(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resolved := ResolveBase(ctx, reg, base)
-	if resolved.Err != nil {
-		return nil, resolved.Err
+	idx, err := reg.Index(ctx, ref)
+	if err != nil {
+		return nil, Wrap("the base "+base, "", err)
 	}
-	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: resolved}})
+	var refs []string
+	for _, repo := range []string{"shop/front", "shop/back"} {
+		built, err := builtOn(t, idx, top)
+		if err != nil {
+			return nil, Wrap("the base "+base, "to build "+repo, err)
+		}
+		out := fmt.Sprintf("%s/%s:t", target, repo)
+		r, err := name.ParseReference(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.WriteIndex(ctx, r, built); err != nil {
+			return refs, Wrap("push "+out, "", err)
+		}
+		refs = append(refs, out)
+	}
+	return refs, nil
+}
+
+// builtOn is idx with a new layer on each of its images.
+func builtOn(t *testing.T, idx v1.ImageIndex, top func() v1.Layer) (v1.ImageIndex, error) {
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var adds []mutate.IndexAddendum
+	for _, d := range m.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		l := randomLayer(t)
+		if top != nil {
+			l = top()
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: d.Platform}})
+	}
+	return mutate.AppendManifests(mutate.RemoveManifests(idx, func(v1.Descriptor) bool { return true }), adds...), nil
+}
+
+func randomLayer(t *testing.T) v1.Layer {
+	l, err := random.Layer(256<<10, "application/vnd.oci.image.layer.v1.tar+gzip")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Push(ctx, app, plan, PushOptions{Registries: reg, Layers: fakeLayers{}, CacheDir: t.TempDir()})
+	return l
 }
 
 // uploadedDigests are the digests of the blobs whose upload the registry completed.
@@ -104,12 +152,12 @@ func uploadedDigests(rec *harness.Recorder) []string {
 // and words that say what happened; no tag is left on an image with missing blobs; and a rerun
 // once the fault is gone finishes, sending only what the registry still lacks.
 func TestFaults(t *testing.T) {
-	quick := []registry.RegistryOption{registry.WithStallTimeout(time.Second), registry.WithRetries(2), registry.WithBackoff(50 * time.Millisecond)}
+	quick := []RegistryOption{WithStallTimeout(time.Second), WithRetries(2), WithBackoff(50 * time.Millisecond)}
 	cases := []struct {
 		name    string
 		on      func(f *faultRun) *harness.Faulty // which registry breaks
 		fault   harness.Fault
-		opts    []registry.RegistryOption
+		opts    []RegistryOption
 		class   fault.Class // of the failure; -1 when the push heals
 		words   string      // in the error, or in a retry notice when it heals
 		within  time.Duration
@@ -148,7 +196,7 @@ func TestFaults(t *testing.T) {
 			class: fault.ClassFailed, words: "503 Service Unavailable", within: 30 * time.Second},
 		{name: "a registry restarting mid-push is waited for", on: onTarget,
 			fault: harness.Fault{Match: harness.BlobUpload, Times: 1, Kind: harness.Restart},
-			opts:  []registry.RegistryOption{registry.WithRetries(5), registry.WithBackoff(500 * time.Millisecond)},
+			opts:  []RegistryOption{WithRetries(5), WithBackoff(500 * time.Millisecond)},
 			class: -1, words: "sending it again", within: 60 * time.Second},
 	}
 	for _, c := range cases {
@@ -157,7 +205,7 @@ func TestFaults(t *testing.T) {
 			broken := c.on(f)
 			injected := broken.Inject(c.fault)
 			f.target.Reset()
-			res, err, took := f.push(t, append(append([]registry.RegistryOption(nil), quick...), c.opts...)...)
+			res, err, took := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
 			t.Logf("%s in %s: %v", c.name, took.Round(time.Millisecond), err)
 			if injected.Hits() == 0 {
 				t.Fatalf("the fault broke no request")
@@ -172,8 +220,8 @@ func TestFaults(t *testing.T) {
 				if !f.said(c.words) {
 					t.Errorf("no retry notice says %q: %q", c.words, f.notices)
 				}
-				if !res.Images[0].Built || !res.Images[1].Built {
-					t.Errorf("not built: %+v %+v", res.Images[0], res.Images[1])
+				if len(res) != 2 {
+					t.Errorf("not pushed: %v", res)
 				}
 			case err == nil:
 				t.Fatalf("the push succeeded through the fault")
@@ -219,14 +267,14 @@ func onBase(f *faultRun) *harness.Faulty   { return f.base }
 func TestPushDeadline(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.StallRequest, After: 1024})
-	reg, err := registry.NewRegistries(registry.WithStallTimeout(time.Minute))
+	reg, err := NewRegistries(WithStallTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = pushWith(ctx, t, f.dir, f.baseRef, reg)
+	_, err = pushWith(ctx, t, f.baseRef, f.target.Addr, reg, nil)
 	if took := time.Since(start); took > 15*time.Second {
 		t.Errorf("took %s after a 3s deadline", took)
 	}
@@ -248,40 +296,31 @@ type damagedLayer struct {
 func (d damagedLayer) Compressed() (io.ReadCloser, error) { return os.Open(d.path) }
 func (d damagedLayer) CachedFile() string                 { return d.path }
 
-// damagedSources makes every sources layer a damaged cache file.
-type damagedSources struct {
-	fakeLayers
-	dir string
-}
-
-func (d damagedSources) Sources(components []*toa.Component) (v1.Layer, error) {
-	l, err := d.fakeLayers.Sources(components)
-	if err != nil {
-		return nil, err
-	}
+// damaged is a random layer kept as a damaged cache file in dir.
+func damaged(t *testing.T, dir string) v1.Layer {
+	l := randomLayer(t)
 	h, _ := l.Digest()
 	rc, _ := l.Compressed()
 	data, _ := io.ReadAll(rc)
 	data[len(data)/2] ^= 0xff
-	path := filepath.Join(d.dir, h.Hex+".tar.gz")
+	path := filepath.Join(dir, h.Hex+".tar.gz")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return damagedLayer{Layer: l, path: path}, nil
+	return damagedLayer{Layer: l, path: path}
 }
 
 // A cached layer damaged on disk is not sent as it is: the push fails naming the file, which is
 // removed so that the next run builds the layer anew, and no tag points at the image.
 func TestDamagedCachedLayer(t *testing.T) {
 	f := newFaultRun(t)
-	reg, _ := registry.NewRegistries()
-	app, plan := loadAndPlan(t, f.dir, f.baseRef, reg)
+	reg, _ := NewRegistries()
 	cache := t.TempDir()
-	_, err := Push(context.Background(), app, plan, PushOptions{Registries: reg, Layers: damagedSources{dir: cache}, CacheDir: t.TempDir()})
+	_, err := pushWith(context.Background(), t, f.baseRef, f.target.Addr, reg, func() v1.Layer { return damaged(t, cache) })
 	if err == nil {
 		t.Fatal("a damaged layer was pushed")
 	}
-	var corrupt *registry.CorruptBlobError
+	var corrupt *Error
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "the cached layer "+cache) ||
 		!strings.Contains(err.Error(), "it was removed from the cache; run toa-push again") {
 		t.Fatalf("the error does not name the cache file and what to do: %v", err)
@@ -302,8 +341,8 @@ func TestDamagedCachedLayer(t *testing.T) {
 func TestRegistryAnswersDigestInvalid(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.Answer, Status: http.StatusBadRequest, Code: "DIGEST_INVALID"})
-	_, err, _ := f.push(t, registry.WithRetries(1), registry.WithBackoff(10*time.Millisecond))
-	var corrupt *registry.CorruptBlobError
+	_, err, _ := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
+	var corrupt *Error
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "(the registry answered DIGEST_INVALID)") {
 		t.Fatalf("want the blob named with the registry's answer: %v", err)
 	}
