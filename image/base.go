@@ -177,7 +177,7 @@ func ResolveBase(ctx context.Context, reg *registry.Registries, ref string) *Bas
 		b.Err = err
 		return b
 	}
-	cfg, err := img.ConfigFile()
+	cfg, err := registry.Bounded(img, source).ConfigFile()
 	if err != nil {
 		b.Err = fmt.Errorf("read the config of %s: %w", ref, err)
 		return b

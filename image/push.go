@@ -446,13 +446,15 @@ func holdsMusl(l v1.Layer) (bool, error) {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return false, nil
+			return false, registry.ReadWhole(rc)
 		}
 		if err != nil {
 			return false, err
 		}
 		if strings.HasPrefix(filepath.Base(h.Name), "ld-musl-") {
-			return true, nil
+			// believed only once the whole layer is read and its digest checked: a registry
+			// that served another layer under this digest must not decide the libc
+			return true, registry.ReadWhole(rc)
 		}
 	}
 }

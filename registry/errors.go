@@ -198,7 +198,7 @@ func (e *Error) Error() string {
 // words is the message without what was asked for.
 func (e *Error) words() string {
 	switch {
-	case e.Kind == Corrupt:
+	case e.Kind == Corrupt && e.Message == "":
 		return e.corruptWords()
 	case e.Message != "" && e.Hint != "":
 		return e.Message + ": " + e.Hint

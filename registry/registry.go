@@ -285,7 +285,8 @@ func (c *client) connect(ctx context.Context, r *Registries, repo name.Repositor
 	if challenge.Insecure {
 		c.scheme = "http"
 	}
-	inner := transport.NewUserAgent(&schemeTransport{next: gated, host: c.host, scheme: c.scheme}, "toa-push")
+	bounds := &boundedTransport{next: gated, insecure: r.insecure}
+	inner := transport.NewUserAgent(&schemeTransport{next: bounds, host: c.host, scheme: c.scheme}, "toa-push")
 	token := &transport.Token{}
 	if strings.EqualFold(challenge.Scheme, "bearer") {
 		token, err = transport.Exchange(ctx, c.reg, f.auth, inner, []string{repo.Scope(transport.PullScope)}, challenge)
@@ -406,7 +407,10 @@ func (r *Registries) Image(ctx context.Context, ref name.Reference) (v1.Image, e
 		return nil, err
 	}
 	img, err := remote.Image(ref, opts...)
-	return img, c.explain(err)
+	if err != nil {
+		return nil, c.explain(err)
+	}
+	return boundedImage(img, ref.String()), nil
 }
 
 // Index reads ref's index; its images stay in the registry until they are read.
@@ -416,7 +420,10 @@ func (r *Registries) Index(ctx context.Context, ref name.Reference) (v1.ImageInd
 		return nil, err
 	}
 	idx, err := remote.Index(ref, opts...)
-	return idx, c.explain(err)
+	if err != nil {
+		return nil, c.explain(err)
+	}
+	return &boundedIndex{idx: idx, what: ref.Context().String()}, nil
 }
 
 // retryable is go-containerregistry's retry predicate without the failures that retrying only

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+)
+
+// hostileApp writes an application of one composition without a package.json, on the base of a
+// hostile registry, for linux/amd64 (the base's one platform), pushed to target.
+func hostileApp(t *testing.T, base, target string) string {
+	t.Helper()
+	dir := t.TempDir()
+	files := map[string]string{
+		"context.toa.yaml": fmt.Sprintf("name: hostile\nruntime: 1.0.0-alpha.289\nregistry:\n  base: %s\n  platforms: [linux/amd64]\n"+
+			"  build:\n    image: %s\nresources: null\namqp: amqp://rabbitmq\ncompositions:\n  - name: front\n    components: [hostile.a]\n", target, base),
+		"components/hostile.a/manifest.toa.yaml": "operations:\n  get:\n    output: integer\n",
+		"components/hostile.a/get.js":            "exports.get = async () => 1\n",
+	}
+	for p, content := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// the stand-in extension packages toa-push asks what they deploy, as testdata/apps link them
+	modules := filepath.Join(dir, "node_modules", "@toa.io")
+	if err := os.MkdirAll(modules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, pkg := range map[string]string{"bindings.amqp": "amqp", "extensions.telemetry": "telemetry"} {
+		target, err := filepath.Abs(filepath.Join("..", "..", "testdata", "packages", "extensions", pkg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(modules, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// memoryCap is the address space toa-push runs in (ulimit -v): a run that reads what a hostile
+// registry declares fails inside it instead of taking the machine's memory. 3 GiB, not 1: Go's
+// heap reservations and node's under it reach 1 GiB of address space in a push that builds.
+const memoryCap = 3 << 30
+
+// peakLimit is the most resident memory a run may have used, whatever the registry sent.
+const peakLimit = 300 << 20
+
+// runCapped runs toa-push in dir under memoryCap and returns its exit code, its stderr, how long
+// it took and its peak resident memory (the largest of toa-push and what it waited for).
+func runCapped(t *testing.T, dir string, env []string, args ...string) (code int, stderr string, took time.Duration, peak int64) {
+	t.Helper()
+	script := fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, memoryCap>>10)
+	cmd := exec.Command("sh", append([]string{"-c", script, binary}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "TOA_ENV=", "CI=true"), env...)
+	start := time.Now()
+	code, _, stderr = outcome(t, cmd)
+	took = time.Since(start)
+	if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		peak = u.Maxrss << 10 // KiB on Linux
+	}
+	return code, stderr, took, peak
+}
+
+// toa-push and toa-push --plan against a registry that sends what no registry should: an endless
+// config a manifest declares as 50 GB, blobs or manifests that redirect to themselves, bytes that
+// are not their digest, a redirect from HTTPS to plain HTTP. Each run exits 1 (the work failed,
+// not the user's input) within seconds, says which registry and what was wrong, stays far under
+// the memory cap, and a forged layer leaves no trace in the libc cache.
+func TestHostileRegistry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs toa-push against a hostile registry, with node for the extensions' bridge")
+	}
+	cases := []struct {
+		mode harness.HostileMode
+		plan bool
+		code int
+		// words the error has, beyond the registry's address; ADDR stands for it
+		words []string
+	}{
+		{harness.EndlessConfig, true, 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
+		{harness.EndlessConfig, false, 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
+		{harness.BlobRedirectLoop, true, 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
+		{harness.BlobRedirectLoop, false, 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
+		{harness.ManifestRedirectLoop, true, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
+		{harness.ManifestRedirectLoop, false, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
+		{harness.ForgedConfig, true, 1, []string{"from ADDR is not what its digest says", "forged"}},
+		{harness.ForgedConfig, false, 1, []string{"from ADDR is not what its digest says", "forged"}},
+		{harness.ForgedLayer, true, 0, nil}, // a plan reads no layer
+		{harness.ForgedLayer, false, 1, []string{"look for the libc of the base", "from ADDR is not what its digest says", "forged"}},
+		{harness.RedirectToHTTP, true, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
+		{harness.RedirectToHTTP, false, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
+	}
+	for _, c := range cases {
+		name := string(c.mode)
+		if c.plan {
+			name += " --plan"
+		}
+		t.Run(name, func(t *testing.T) {
+			hostile := harness.HostileRegistry(t, c.mode)
+			target := harness.MemoryRegistry(t)
+			dir := hostileApp(t, hostile.Ref, target)
+			cache := t.TempDir()
+			args := []string{"--path", dir, "-k", filepath.Join(dir, "deployment"), "--stall-timeout", "10s", "--resolve-timeout", "20s", "--timeout", "60s"}
+			if c.plan {
+				args = append(args, "--plan")
+			}
+			if hostile.CAFile != "" {
+				args = append(args, "--ca-file", hostile.CAFile)
+			}
+			code, stderr, took, peak := runCapped(t, dir, []string{"TOA_CACHE=" + cache}, args...)
+			t.Logf("%s: exit %d in %s, peak %d MiB, %d requests to the registry:\n%s", name, code, took.Round(time.Millisecond), peak>>20, hostile.Requests(), stderr)
+			if code != c.code {
+				t.Errorf("exit %d, want %d", code, c.code)
+			}
+			for _, w := range c.words {
+				if w = strings.ReplaceAll(w, "ADDR", hostile.Addr); !strings.Contains(stderr, w) {
+					t.Errorf("the error does not say %q", w)
+				}
+			}
+			if strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, "panic") {
+				t.Errorf("a stack trace reached the user")
+			}
+			if took > 30*time.Second {
+				t.Errorf("took %s", took)
+			}
+			if peak > peakLimit {
+				t.Errorf("peak resident memory %d MiB, over %d MiB", peak>>20, peakLimit>>20)
+			}
+			if n := hostile.Requests(); n > 100 {
+				t.Errorf("%d requests to the registry", n)
+			}
+			// nothing a hostile registry sent is kept as what toa-push learnt of the base
+			libc := filepath.Join(cache, "libc", strings.ReplaceAll(hostile.ManifestDigest, ":", "-"))
+			if data, err := os.ReadFile(libc); err == nil {
+				t.Errorf("the libc cache says %q of the base after a %s", data, c.mode)
+			}
+		})
+	}
+}
+
+// The genuine base of the hostile registry, as a check of the test itself: the push gets past
+// the base (its libc found and cached as glibc), so that what fails above fails for what the
+// registry did wrong.
+func TestHostileRegistryGenuine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs toa-push against a registry, with node for the extensions' bridge")
+	}
+	hostile := harness.HostileRegistry(t, harness.Genuine)
+	target := harness.MemoryRegistry(t)
+	dir := hostileApp(t, hostile.Ref, target)
+	cache := t.TempDir()
+	code, stderr, took, peak := runCapped(t, dir, []string{"TOA_CACHE=" + cache}, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--timeout", "120s")
+	t.Logf("genuine: exit %d in %s, peak %d MiB:\n%s", code, took.Round(time.Millisecond), peak>>20, stderr)
+	libc := filepath.Join(cache, "libc", strings.ReplaceAll(hostile.ManifestDigest, ":", "-"))
+	if data, err := os.ReadFile(libc); err != nil || string(data) != "glibc" {
+		t.Errorf("the libc cache of the genuine base: %q, %v", data, err)
+	}
+}
