@@ -20,6 +20,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/revision"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
@@ -97,7 +98,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var revs []rollout.Revision
+	var revs []revision.Revision
 	if err := json.Unmarshal([]byte(out), &revs); err != nil {
 		t.Fatalf("--history -o json: %v\n%s", err, out)
 	}
