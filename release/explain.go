@@ -29,11 +29,10 @@ func (x Explainer) Explain(err error) error {
 	var failure *rollout.Failure
 	var noAnswer *cluster.NoAnswer
 	var held *HeldError
-	var forbidden *LeaseForbiddenError
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &input), errors.As(err, &held), errors.As(err, &forbidden):
+	case errors.As(err, &input), errors.As(err, &held):
 		return err
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("%w\n  the API server did not accept %s: check its token or client certificate "+
@@ -42,7 +41,7 @@ func (x Explainer) Explain(err error) error {
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("%w\n  the API server knows %s but does not allow this: check the Roles and "+
 			"RoleBindings of that user in the namespace (toa-apply needs get, list, watch, patch and delete "+
-			"on the application's kinds, and on Secrets for its inventory); `kubectl auth can-i --list -n NAMESPACE` shows what it may do", err, x.Credentials)
+			"on the application's kinds, and on Secrets for its inventory; get, create, update and delete on leases for its lock); `kubectl auth can-i --list -n NAMESPACE` shows what it may do", err, x.Credentials)
 	case errors.As(err, &noAnswer):
 		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):

@@ -47,6 +47,9 @@ func (e *LeaseForbiddenError) Error() string {
 		e.Set.Name, e.Set.Namespace, e.Err)
 }
 
+// Unwrap is the API server's refusal, so that the run's error says whose credentials were refused.
+func (e *LeaseForbiddenError) Unwrap() error { return e.Err }
+
 // lease is a Lease held by this run, renewed until released.
 type lease struct {
 	k      *cluster.Client
