@@ -27,7 +27,9 @@ type fakeSteps struct {
 	waitErrs  []error
 }
 
-func (f *fakeSteps) call(format string, args ...any) { f.calls = append(f.calls, fmt.Sprintf(format, args...)) }
+func (f *fakeSteps) call(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
 
 func (f *fakeSteps) CheckNamespaces(context.Context, ...string) error {
 	f.call("check")

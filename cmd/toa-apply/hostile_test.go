@@ -396,4 +396,3 @@ func TestTerminatingNamespace(t *testing.T) {
 		t.Errorf("the Deployment: %v, want none", err)
 	}
 }
-
