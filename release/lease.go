@@ -96,7 +96,7 @@ func acquire(ctx context.Context, k *cluster.Client, set rollout.Set, holder str
 			l := live.DeepCopy()
 			l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now, LeaseTransitions: &transitions}
 			if owner := live.Spec.HolderIdentity; owner != nil && *owner != "" && *owner != holder && warnf != nil {
-				warnf("the lease %s of %s was held by %s, who has not renewed it for %s: taken over", set.Name, set.Name, *owner, LeaseDuration)
+				warnf("the lease %s was held by %s, who has not renewed it for %s or more: taken over", set.Name, *owner, LeaseDuration)
 			}
 			live, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: rollout.FieldManager})
 			if apierrors.IsConflict(err) && attempt < 3 {

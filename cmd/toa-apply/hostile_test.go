@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -369,6 +370,14 @@ func TestConcurrentApplies(t *testing.T) {
 	if _, err := c.cs.CoordinationV1().Leases(c.ns).Get(ctx, "toa-demo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the lease after the runs: %v, want it released", err)
 	}
+
+	// a holder that died 31 s ago, past the lease's 30 s: taken over, with a warning
+	dead, holder, seconds := metav1.NewMicroTime(time.Now().Add(-31*time.Second)), "toa-apply on a runner gone, pid 1", int32(30)
+	if _, err := c.cs.CoordinationV1().Leases(c.ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "toa-demo"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, AcquireTime: &dead, RenewTime: &dead}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.run(t, dirs[0]).check(t, "an apply after a holder died", 0, time.Minute, "was held by "+holder, "taken over")
 }
 
 // A namespace being deleted is an error before the apply: nothing applied, no "rolled out".
