@@ -23,12 +23,14 @@ import (
 // its objects in the order they are applied (see Sort). fs is OnDisk() for a user's folder and
 // filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a *fault.Input: the
 // user's input. Rendering ends when ctx does (a *fault.Timeout): kustomize takes no context, and
-// an overlay may name a remote resource, which it fetches with no bound of its own.
+// an overlay may name a remote resource, which it fetches with no bound of its own (its body is
+// bounded here: boundRemote).
 func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
 	type rendered struct {
 		m   resmap.ResMap
 		err error
 	}
+	boundRemote()
 	done := make(chan rendered, 1)
 	go func() { // left behind when ctx ends first: the command exits with the timeout
 		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)

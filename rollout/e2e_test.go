@@ -105,7 +105,7 @@ func TestWaitForReplacedPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+	res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPrune(t *testing.T) {
 	// a dry run says what would go, and nothing goes
 	opts := c.opts()
 	opts.DryRun = true
-	dry, err := Apply(ctx, c.cfg, carts, opts)
+	dry, err := Apply(ctx, c.k, carts, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestFailFast(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			start := time.Now()
-			res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+			res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestTimeout(t *testing.T) {
 	spec := deploymentSpec{name: "carts", replicas: 2, selector: map[string]string{"toa-test/no-such-node": "true"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+	res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestConflict(t *testing.T) {
 		metav1.PatchOptions{FieldManager: "autoscaler-test", Force: &force}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Apply(ctx, c.cfg, objects, c.opts())
+	_, err := Apply(ctx, c.k, objects, c.opts())
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
 		t.Fatalf("Apply = %v, want a *ConflictError", err)
@@ -336,7 +336,7 @@ func TestConflict(t *testing.T) {
 
 	opts := c.opts()
 	opts.Force = true
-	res, err := Apply(ctx, c.cfg, objects, opts)
+	res, err := Apply(ctx, c.k, objects, opts)
 	if err != nil {
 		t.Fatalf("Apply with Force: %v", err)
 	}
@@ -460,7 +460,7 @@ func TestDelete(t *testing.T) {
 	}
 
 	start := time.Now()
-	res, err := Delete(ctx, c.cfg, objects, c.opts())
+	res, err := Delete(ctx, c.k, objects, c.opts())
 	if err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
@@ -494,7 +494,7 @@ func TestDryRun(t *testing.T) {
 	objects := app(t, deploymentSpec{name: "carts"})
 	opts := c.opts()
 	opts.DryRun = true
-	res, err := Apply(ctx, c.cfg, objects, opts)
+	res, err := Apply(ctx, c.k, objects, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ func TestDryRun(t *testing.T) {
 
 	c.apply(t, objects...)
 	changed := app(t, deploymentSpec{name: "carts", image: "registry.local/shop/carts:v2"})
-	res, err = Apply(ctx, c.cfg, changed, opts)
+	res, err = Apply(ctx, c.k, changed, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +563,7 @@ func TestCRD(t *testing.T) {
 		// the CRD is cluster-scoped: the namespace's deletion does not take it
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := Delete(ctx, c.cfg, []*unstructured.Unstructured{crd}, c.opts()); err != nil {
+		if _, err := Delete(ctx, c.k, []*unstructured.Unstructured{crd}, c.opts()); err != nil {
 			t.Errorf("delete the CRD: %v", err)
 		}
 	})
@@ -587,7 +587,7 @@ func TestCRD(t *testing.T) {
 	}
 
 	start := time.Now()
-	del, err := Delete(ctx, c.cfg, objects, c.opts())
+	del, err := Delete(ctx, c.k, objects, c.opts())
 	if err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
@@ -609,7 +609,7 @@ func TestPartlyApplied(t *testing.T) {
 	broken := service("prices")
 	broken.Spec.Ports[0].Port = 99999 // the API server refuses it
 	objects := append(app(t, deploymentSpec{name: "orders", replicas: 1}), u(t, broken))
-	res, err := Apply(ctx, c.cfg, objects, c.opts())
+	res, err := Apply(ctx, c.k, objects, c.opts())
 	var partly *PartlyAppliedError
 	if !errors.As(err, &partly) {
 		t.Fatalf("Apply = %v, want a *PartlyAppliedError", err)

@@ -72,7 +72,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	case c.Render:
 		return c.render(ctx, c.stdout())
 	case c.History:
-		return c.history(ctx, c.stdout())
+		return c.history(ctx, c.stdout(), log)
 	case c.Diff:
 		return c.diff(ctx, c.stdout())
 	}

@@ -1,4 +1,8 @@
-package rollout
+// Package diff shows what an apply would change, as kubectl diff does: a unified diff of each
+// object's YAML, live against what the server-side dry run returned, and of what prune would
+// delete. It reads a dry run's rollout.Result and talks to no cluster: a room of its own beside
+// apply and wait, so that rollout holds only what changes the cluster.
+package diff
 
 import (
 	"fmt"
@@ -6,14 +10,16 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
 // ObjectDiff is how an object would change: a unified diff of its YAML, live against what the
 // server-side dry run returned, managed fields, status and the counters of every write left out.
 type ObjectDiff struct {
-	Ref
-	Change Change `json:"change"` // created, configured or pruned
-	Diff   string `json:"diff"`
+	rollout.Ref
+	Change rollout.Change `json:"change"` // created, configured or pruned
+	Diff   string         `json:"diff"`
 	// Live and Merged are the two sides as YAML, Secrets masked; "" for the side an object
 	// created or pruned lacks. File is kubectl diff's name of both: group.version.Kind.namespace.name.
 	Live   string `json:"-"`
@@ -22,13 +28,13 @@ type ObjectDiff struct {
 }
 
 // Pruned is the change of an object the apply would delete.
-const Pruned Change = "pruned"
+const Pruned rollout.Change = "pruned"
 
 // Diffs are the differences a dry-run Result would make, object by object in apply order, then
 // what prune would delete; objects that would not change are left out. Secrets' data is masked
 // as kubectl diff masks it: every value "***", or "*** (before)" and "*** (after)" where it
 // changes.
-func Diffs(res *Result) ([]ObjectDiff, error) {
+func Diffs(res *rollout.Result) ([]ObjectDiff, error) {
 	var out []ObjectDiff
 	for _, a := range res.Applied {
 		d, err := objectDiff(a.Ref, a.Live, a.Object)
@@ -36,17 +42,17 @@ func Diffs(res *Result) ([]ObjectDiff, error) {
 			return nil, err
 		}
 		if d.Diff != "" {
-			d.Change = Configured
+			d.Change = rollout.Configured
 			if a.Live == nil {
-				d.Change = Created
+				d.Change = rollout.Created
 			}
 			out = append(out, d)
 		}
 	}
 	for i, ref := range res.Pruned {
 		var live *unstructured.Unstructured
-		if i < len(res.pruned) {
-			live = res.pruned[i]
+		if i < len(res.PrunedObjects) {
+			live = res.PrunedObjects[i]
 		}
 		d, err := objectDiff(ref, live, nil)
 		if err != nil {
@@ -58,7 +64,7 @@ func Diffs(res *Result) ([]ObjectDiff, error) {
 	return out, nil
 }
 
-func objectDiff(ref Ref, live, merged *unstructured.Unstructured) (ObjectDiff, error) {
+func objectDiff(ref rollout.Ref, live, merged *unstructured.Unstructured) (ObjectDiff, error) {
 	from, to := comparable(live), comparable(merged)
 	if ref.Group == "" && ref.Kind == "Secret" {
 		maskSecrets(from, to)
@@ -84,7 +90,7 @@ func joinLines(lines []string) string {
 }
 
 // diffName is kubectl diff's file name of an object: group.version.Kind.namespace.name.
-func diffName(r Ref) string {
+func diffName(r rollout.Ref) string {
 	name := fmt.Sprintf("%s.%s.%s.%s", r.Version, r.Kind, r.Namespace, r.Name)
 	if r.Group != "" {
 		name = r.Group + "." + name
@@ -92,13 +98,13 @@ func diffName(r Ref) string {
 	return name
 }
 
-// comparable is a copy of obj without what changes at every write (see withoutBookkeeping);
+// comparable is a copy of obj without what changes at every write (rollout.WithoutBookkeeping);
 // nil for nil.
 func comparable(obj *unstructured.Unstructured) map[string]any {
 	if obj == nil {
 		return nil
 	}
-	return withoutBookkeeping(obj)
+	return rollout.WithoutBookkeeping(obj)
 }
 
 func maskSecrets(from, to map[string]any) {

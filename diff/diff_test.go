@@ -1,6 +1,7 @@
-package rollout
+package diff
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/toa-deploy/toa-deploy/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
 func TestUnified(t *testing.T) {
@@ -106,17 +110,19 @@ func TestDiffs(t *testing.T) {
 		s.Object["data"] = data
 		return s
 	}
-	ref := func(kind, name string) Ref { return Ref{Version: "v1", Kind: kind, Namespace: "ns", Name: name} }
-	res := &Result{
-		Applied: []Applied{
+	ref := func(kind, name string) rollout.Ref {
+		return rollout.Ref{Version: "v1", Kind: kind, Namespace: "ns", Name: name}
+	}
+	res := &rollout.Result{
+		Applied: []rollout.Applied{
 			{Ref: ref("ConfigMap", "same"), Live: obj("ConfigMap", "same", map[string]any{"a": "1"}), Object: obj("ConfigMap", "same", map[string]any{"a": "1"})},
 			{Ref: ref("Service", "changed"), Live: obj("Service", "changed", map[string]any{"port": "1"}), Object: obj("Service", "changed", map[string]any{"port": "2"})},
 			{Ref: ref("Secret", "s"), Live: secret(map[string]any{"kept": "YQ==", "changed": "Yg==", "gone": "Yw=="}),
 				Object: secret(map[string]any{"kept": "YQ==", "changed": "ZA==", "new": "ZQ=="})},
 			{Ref: ref("ConfigMap", "new"), Object: obj("ConfigMap", "new", map[string]any{"a": "1"})},
 		},
-		Pruned: []Ref{ref("Service", "old")},
-		pruned: []*unstructured.Unstructured{obj("Service", "old", map[string]any{"port": "3"})},
+		Pruned:        []rollout.Ref{ref("Service", "old")},
+		PrunedObjects: []*unstructured.Unstructured{obj("Service", "old", map[string]any{"port": "3"})},
 	}
 	diffs, err := Diffs(res)
 	if err != nil {
@@ -145,5 +151,44 @@ func TestDiffs(t *testing.T) {
 	}
 	if !strings.Contains(diffs[3].Diff, "-  port: \"3\"") || strings.Count(diffs[3].Diff, "\n+") != 1 {
 		t.Errorf("the pruned Service's diff:\n%s", diffs[3].Diff)
+	}
+}
+
+// A dry run's Diffs: the changed image, and what prune would delete; nothing changes.
+func TestDryRunDiffs(t *testing.T) {
+	k := clustertest.New()
+	bg := context.Background()
+	labels := map[string]any{rollout.LabelContext: "shop"}
+	deployment := func(image string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": "composition-a", "labels": labels},
+			"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+				"containers": []any{map[string]any{"name": "app", "image": image}}}}}}}
+	}
+	configMap := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "labels": labels}}}
+	opts := rollout.Options{Namespace: "ns", Prune: true}
+	if _, err := rollout.Apply(bg, k, []*unstructured.Unstructured{deployment("r/a:1"), configMap}, opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.DryRun = true
+	res, err := rollout.Apply(bg, k, []*unstructured.Unstructured{deployment("r/a:2")}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := Diffs(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 2 || diffs[0].Change != rollout.Configured || diffs[1].Change != Pruned ||
+		!strings.Contains(diffs[0].Diff, "-      - image: r/a:1\n+      - image: r/a:2\n") || !strings.Contains(diffs[1].Diff, "-kind: ConfigMap") {
+		t.Fatalf("diffs: %+v", diffs)
+	}
+	res, err = rollout.Apply(bg, k, []*unstructured.Unstructured{deployment("r/a:1"), configMap}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diffs, _ := Diffs(res); len(diffs) != 0 {
+		t.Errorf("the dry run changed something, or the same objects differ: %+v", diffs)
 	}
 }
