@@ -89,11 +89,13 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 		}
 		return nil, fmt.Errorf("install %s for %s: npm %s: %w\n%s", j.what, in.platform, args[0], err, indent(out))
 	}
+	ranInBase := false
 	if inBase {
-		if err := o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target); err != nil {
+		if ranInBase, err = o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target); err != nil {
 			return nil, err
 		}
-	} else if in.foreign || in.otherNode {
+	}
+	if !ranInBase && (in.foreign || in.otherNode) {
 		natives, err := findNative(j.modules(staging), in)
 		if err != nil {
 			return nil, err

@@ -15,7 +15,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
@@ -127,24 +126,28 @@ func describe(pkgs []scriptPackage) string {
 // `npm rebuild <packages>` with the base's node and npm, the install folder bound at its path in
 // the image (target) and npm's cache bound in, so that what the scripts build lands in the tree
 // the layer is written from. The base's own npm applies npm's script policy (allowScripts).
-func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string) error {
+//
+// It reports whether the scripts ran: not when there are none, when npm's configuration turns
+// them off, or when the base has no shell and npm to run them (a warning names the packages
+// then, and native code is refused as without a base).
+func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string) (bool, error) {
 	pkgs, err := findScripts(modules)
 	if err != nil || len(pkgs) == 0 {
-		return err
+		return false, err
 	}
 	if why := scriptsIgnored(npmrc); why != "" {
 		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: %s:\n    %s",
 			len(pkgs), what, in.platform, why, describe(pkgs)))
-		return nil
+		return true, nil
 	}
 	root, cfg, err := o.baseRoot(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if !fileExists(filepath.Join(root, "bin", "sh")) {
-		return &fault.Input{Key: "registry.build.image", Message: fmt.Sprintf(
-			"the base for %s has no /bin/sh, so the install scripts of %s cannot run in it:\n    %s", in.platform, what, describe(pkgs)),
-			Hint: "use a base with a shell and npm for this platform, or drop the packages with install scripts"}
+	if !fileExists(filepath.Join(root, "bin", "sh")) || !hasNpm(root) {
+		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: its base has no /bin/sh and npm to run them in:\n    %s",
+			len(pkgs), what, in.platform, describe(pkgs)))
+		return false, nil
 	}
 	names := map[string]bool{}
 	for _, p := range pkgs {
@@ -158,11 +161,11 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
 	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer os.RemoveAll(upper)
 	if err := os.MkdirAll(o.npmCache, 0o755); err != nil {
-		return err
+		return false, err
 	}
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
@@ -170,10 +173,20 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
-		return fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
 			what, in.platform, exit.Code, describe(pkgs), indent(out.String()))
 	}
-	return err
+	return err == nil, err
+}
+
+// hasNpm reports whether the base has npm where node images and distributions put it.
+func hasNpm(root string) bool {
+	for _, p := range []string{"usr/local/bin/npm", "usr/bin/npm", "bin/npm"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // baseRoot is the base unpacked in the cache, and its config.

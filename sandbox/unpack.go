@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -289,8 +290,10 @@ func removeAll(dir string) {
 	if os.RemoveAll(dir) == nil {
 		return
 	}
-	_ = filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err == nil && info.IsDir() {
+	// WalkDir, unlike Walk, calls back before it reads a folder: overlayfs leaves its work
+	// folder with mode 0
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
 			_ = os.Chmod(p, 0o755)
 		}
 		return nil
