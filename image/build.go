@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -30,6 +31,15 @@ type Target struct {
 	Platform    v1.Platform
 	Libc        string // "glibc" or "musl"
 	NodeVersion string // the base's NODE_VERSION, "" when it does not say
+	// Base is the base image of the platform, in which install scripts and build.run lines run
+	// (package sandbox); nil where nothing may run in it.
+	Base v1.Image
+}
+
+// runLayers also makes the layer of build.run lines that are not npm commands, run in the base
+// of the platform (Target.Base).
+type runLayers interface {
+	Run(ctx context.Context, lines []string, t Target) (v1.Layer, error)
 }
 
 // maxLayers is about how many layers an image may have in all: past it, neighbouring components
@@ -67,6 +77,16 @@ func groups(components []*toa.Component, n int) [][]*toa.Component {
 // created is the time of its config and history: layer.SourceDateEpoch's.
 func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers, created v1.Time) (v1.Image, error) {
 	var adds []mutate.Addendum
+	global, shell := layer.SplitLines(global)
+	if runner, ok := layers.(runLayers); ok && len(shell) > 0 {
+		l, err := runner.Run(ctx, shell, t)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			adds = append(adds, addendum(l, "RUN "+strings.Join(shell, "; "), created))
+		}
+	}
 	if len(global) > 0 {
 		l, err := layers.Global(ctx, global, t)
 		if err != nil {

@@ -333,7 +333,8 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 // container.
 func checkRun(app *toa.Application) error {
 	check := func(run, file, key string) error {
-		_, _, err := layer.ParseRun(run)
+		npmLines, _ := layer.SplitLines(strings.Split(run, "\n"))
+		_, _, err := layer.ParseRun(strings.Join(npmLines, "\n"))
 		var e *fault.Input
 		if errors.As(err, &e) {
 			e.File, e.Key = file, key

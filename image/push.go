@@ -385,7 +385,7 @@ func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image
 			p.Variant = parsed.Variant
 		}
 	}
-	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION")}, nil
+	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}, nil
 }
 
 // libcOf finds the base's libc once per digest: musl when a layer holds ld-musl, else glibc.

@@ -142,8 +142,10 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 				Message: "is out of sync with package.json" + missing(out),
 				Hint:    fmt.Sprintf("run `npm install` in %s and commit %s", c.Path, filepath.Base(d.lockPath))}
 		},
-		modules: func(staging string) string { return filepath.Join(dirIn(staging), "node_modules") },
-		native:  func(natives []nativePackage) error { return nativeError(c.PackageJSON, "", in, natives) },
+		modules:    func(staging string) string { return filepath.Join(dirIn(staging), "node_modules") },
+		native:     func(natives []nativePackage) error { return nativeError(c.PackageJSON, "", in, natives) },
+		installDir: dirIn,
+		target:     "/" + Root + "/" + c.Locator.Label,
 		fill: func(staging string, w *tarWriter) error {
 			modules := filepath.Join(dirIn(staging), "node_modules")
 			dst := Root + "/" + c.Locator.Label + "/node_modules"

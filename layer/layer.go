@@ -46,6 +46,7 @@ type options struct {
 	runnerGiven *Runner
 	npmConfig   map[string]string
 	warn        func(string)
+	base        v1.Image
 }
 
 // WithCacheDir sets the cache's root folder. Default: $TOA_CACHE, else $HOME/.cache/toa-deploy.
