@@ -469,7 +469,11 @@ func verify(path string, digest v1.Hash) error {
 // keep records l under key.
 func (o *options) keep(kind, key string, l *fileLayer) error {
 	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
-	path := o.recordPath(kind, key)
+	return writeWhole(o.recordPath(kind, key), data)
+}
+
+// writeWhole writes a record of the cache.
+func writeWhole(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
