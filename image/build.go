@@ -131,8 +131,12 @@ func sourcesImage(deps v1.Image, sources []v1.Layer, command []string, created v
 }
 
 func addendum(l v1.Layer, createdBy string, created v1.Time) mutate.Addendum {
+	mt := types.OCILayer // whatever the layer says of itself: every manifest toa-push writes is OCI
+	if m, err := l.MediaType(); err == nil && m == types.OCILayerZStd {
+		mt = m
+	}
 	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: created},
-		MediaType: types.OCILayer}
+		MediaType: mt}
 }
 
 func setEnv(env []string, key, value string) []string {
