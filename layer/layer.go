@@ -395,8 +395,8 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	l := &fileLayer{
-		digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
-		diffID:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
+		digest:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
+		diffID:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
 		size:        compressed.n,
 		mediaType:   o.mediaType,
 		compression: o.compression,
