@@ -54,6 +54,15 @@ var ErrNativeCode = errors.New("packages build native code at install")
 // Node major, registry, proxy, the .npmrc files and npm_config_* variables without credentials),
 // so an unchanged component's layer is the same blob, and costs no npm run.
 func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Option) (v1.Layer, error) {
+	layers, err := dependencies(ctx, c, p, 1, opts)
+	if err != nil || len(layers) == 0 {
+		return nil, err
+	}
+	return layers[0], nil
+}
+
+// dependencies is the component's node_modules as at most budget layers (DependencyLayers).
+func dependencies(ctx context.Context, c *toa.Component, p Platform, budget int, opts []Option) ([]v1.Layer, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return nil, err
@@ -81,7 +90,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	return o.run(ctx, in, inputs.job(c, in))
+	return o.runLayers(ctx, in, withSplit(inputs.job(c, in), c, budget))
 }
 
 // depsInputs are what npm reads to install a component's dependencies: all of them are in the

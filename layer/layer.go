@@ -17,7 +17,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/klauspost/compress/gzip"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 )
@@ -37,6 +36,7 @@ type options struct {
 	npmCache    string
 	epoch       *time.Time
 	mediaType   types.MediaType
+	compression Compression
 	contextRoot string
 	registry    string
 	proxy       string
@@ -114,7 +114,7 @@ func WithNpmConfig(config map[string]string) Option {
 func WithWarnings(warn func(string)) Option { return func(o *options) { o.warn = warn } }
 
 func newOptions(opts []Option) (*options, error) {
-	o := &options{mediaType: types.OCILayer, warn: func(string) {}}
+	o := &options{mediaType: types.OCILayer, compression: Gzip, warn: func(string) {}}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -230,11 +230,12 @@ func (p Platform) npm() (cpu string, err error) {
 
 // fileLayer is a compressed layer in the cache.
 type fileLayer struct {
-	path      string
-	digest    v1.Hash
-	diffID    v1.Hash
-	size      int64
-	mediaType types.MediaType
+	path        string
+	digest      v1.Hash
+	diffID      v1.Hash
+	size        int64
+	mediaType   types.MediaType
+	compression Compression
 }
 
 var _ v1.Layer = (*fileLayer)(nil)
@@ -244,18 +245,18 @@ func (l *fileLayer) DiffID() (v1.Hash, error)             { return l.diffID, nil
 func (l *fileLayer) Size() (int64, error)                 { return l.size, nil }
 func (l *fileLayer) MediaType() (types.MediaType, error)  { return l.mediaType, nil }
 func (l *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
-func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return gunzip(l.path) }
+func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return uncompress(l.path, l.compression) }
 
 // CachedFile is the layer's file in the cache, for a message that names it when its bytes turn
 // out damaged (the image package removes it then, so that the next run builds it anew).
 func (l *fileLayer) CachedFile() string { return l.path }
 
-func gunzip(path string) (io.ReadCloser, error) {
+func uncompress(path string, c Compression) (io.ReadCloser, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	z, err := gzip.NewReader(bufio.NewReaderSize(f, 256<<10))
+	z, err := decompress(c, bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -373,7 +374,7 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	}()
 	compressed := &countingHash{Hash: sha256.New()}
 	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
-	z, _ := gzip.NewWriterLevel(buffered, CompressionLevel)
+	z := newMemberWriter(buffered, o.compression)
 	uncompressed := sha256.New()
 	tw := newTarWriter(io.MultiWriter(z, uncompressed), mtime)
 	if err := fill(tw); err != nil {
@@ -395,12 +396,13 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	l := &fileLayer{
-		digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
-		diffID:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
-		size:      compressed.n,
-		mediaType: o.mediaType,
+		digest:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
+		diffID:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
+		size:        compressed.n,
+		mediaType:   o.mediaType,
+		compression: o.compression,
 	}
-	l.path = filepath.Join(dir, l.digest.Hex+".tar.gz")
+	l.path = filepath.Join(dir, l.digest.Hex+o.compression.ext())
 	if err := os.Rename(f.Name(), l.path); err != nil {
 		return nil, fmt.Errorf("keep the layer in the cache: %w", err)
 	}
@@ -416,6 +418,9 @@ type record struct {
 }
 
 func (o *options) recordPath(kind, key string) string {
+	if o.compression == Zstd { // gzip's records keep the names they had before zstd
+		kind += "." + string(Zstd)
+	}
 	return filepath.Join(o.layersDir(), kind, key+".json")
 }
 
@@ -434,8 +439,8 @@ func (o *options) lookup(kind, key string) *fileLayer {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+".tar.gz"),
-		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType}
+	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+o.compression.ext()),
+		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType, compression: o.compression}
 	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
 		return nil
 	}
@@ -470,7 +475,11 @@ func verify(path string, digest v1.Hash) error {
 // keep records l under key.
 func (o *options) keep(kind, key string, l *fileLayer) error {
 	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
-	path := o.recordPath(kind, key)
+	return writeWhole(o.recordPath(kind, key), data)
+}
+
+// writeWhole writes a record of the cache.
+func writeWhole(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ type options struct {
 	planning       bool // Plan: a base out of reach is planned from the cache
 	sbom           attest.Format
 	signer         *attest.Signer
+	compression    layer.Compression
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.
@@ -57,6 +58,9 @@ func WithMono(mono bool) Option { return func(o *options) { o.mono = mono } }
 func WithAttestation(format attest.Format, signer *attest.Signer) Option {
 	return func(o *options) { o.sbom, o.signer = format, signer }
 }
+
+// WithCompression sets how the layers toa-push makes are compressed. Default: layer.Gzip.
+func WithCompression(c layer.Compression) Option { return func(o *options) { o.compression = c } }
 
 // WithKustomization sets the folder the kustomization goes to. Default: DefaultKustomization,
 // or, with WithOCILayout, the layout's kustomization folder.
@@ -135,6 +139,9 @@ func newOptions(opts []Option) (*options, error) {
 	if o.layers == nil {
 		o.layers = func(p *Planned) image.Layers {
 			opts := []layer.Option{layer.WithCacheDir(o.cacheDir), layer.WithWarnings(o.warn), layer.WithEpoch(p.epoch)}
+			if o.compression != "" {
+				opts = append(opts, layer.WithCompression(o.compression))
+			}
 			if p.runner != nil {
 				opts = append(opts, layer.WithRunner(p.runner))
 			}

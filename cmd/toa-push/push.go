@@ -39,6 +39,7 @@ type pushCommand struct {
 	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
 	SBOM           string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
 	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
+	Compression    string        `name:"compression" enum:"gzip,zstd" default:"gzip" help:"How the layers toa-push makes are compressed: gzip, which every registry and runtime reads, or zstd (tar+zstd: containerd 1.5 and later, CRI-O, podman), smaller and faster to unpack. Images the registry already has are left as they are."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 }
 
@@ -170,6 +171,13 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 	}
 	if c.Verbose {
 		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
+	}
+	if c.Compression != "" {
+		compression, err := layer.ParseCompression(c.Compression)
+		if err != nil {
+			return nil, fault.BadInput(err)
+		}
+		opts = append(opts, pipeline.WithCompression(compression))
 	}
 	if c.FromOCILayout == "" && !c.Plan {
 		attestation, err := c.attestation()
