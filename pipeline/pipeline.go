@@ -45,6 +45,8 @@ type options struct {
 	planning       bool // Plan: a base out of reach is planned from the cache
 	sbom           attest.Format
 	signer         *attest.Signer
+
+	artifact, artifactSource, artifactRevision string // WithArtifact
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.
