@@ -158,3 +158,23 @@ func runApply(t *testing.T, apply string, args ...string) (int, string, string) 
 	cmd.Env = append(os.Environ(), "CI=true", "HOME="+t.TempDir(), "DOCKER_CONFIG="+t.TempDir())
 	return outcome(t, cmd)
 }
+
+// --artifact's mistakes are refused before any work (exit 2), saying what to give.
+func TestArtifactFlags(t *testing.T) {
+	app := filepath.Join("..", "..", "testdata", "apps", "pushed")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plan", "--artifact", "registry.internal/shop/deploy:production"}, "--plan pushes nothing, and takes no --artifact"},
+		{[]string{"--artifact-revision", "main@sha1:abc"}, "give --artifact REF too"},
+		{[]string{"--from-oci-layout", t.TempDir(), "--artifact", "registry.internal/shop/deploy:production"}, "takes no --artifact"},
+		{[]string{"--artifact", "registry.internal/shop/deploy@sha256:" + strings.Repeat("a", 64)}, "it names a digest; give a tag"},
+		{[]string{"--artifact", "registry.internal/Shop Deploy"}, `--artifact: "registry.internal/Shop Deploy" is not a reference to push to`},
+	} {
+		code, _, stderr := run(t, t.TempDir(), append([]string{"--path", app}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, %s; want 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}

@@ -11,7 +11,7 @@
 # source-controller and kustomize-controller v1.9.6, which go together; v1.10 needs Go 1.27).
 # Each module is built as its own main module, from a writable copy of the folder `go mod
 # download` gives (the controllers' go.mod has replace directives, which `go install mod@v`
-# refuses). flux2's cmd/flux embeds manifests/*.yaml, which its Makefile generates by running
+# refuses; see fixes below). flux2's cmd/flux embeds manifests/*.yaml, which its Makefile generates by running
 # kustomize on release URLs and which the module lacks: the copy gets one placeholder file
 # there, read only by `flux install` (never run here), so every other command is Flux's own.
 #
@@ -37,6 +37,15 @@ declare -A version=(
 	[source-controller]=v1.9.6
 	[kustomize-controller]=v1.9.6
 )
+# what the module as the proxy serves it needs before it builds: the controllers' go.mod replaces
+# their api module by ./api, a nested module their zip leaves out, so the replace goes and the
+# api module of the same version is used; source-controller asks for github.com/fluxcd/pkg/artifact
+# v0.18.3, which the module proxy here does not serve, so v0.18.0 (same minor) is used
+declare -A fixes=(
+	[flux]=""
+	[source-controller]="-dropreplace=github.com/fluxcd/source-controller/api -replace=github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0"
+	[kustomize-controller]="-dropreplace=github.com/fluxcd/kustomize-controller/api"
+)
 # the main package inside the module
 declare -A main=(
 	[flux]=./cmd/flux
@@ -52,7 +61,8 @@ ldflags() {
 
 build() {
 	local tool=$1 v=${version[$1]} key dir src
-	key=$(cat "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)
+	# what makes the build: a change to one tool's line builds that tool anew, not the others
+	key=$(printf '%s\n' "build-1" "${module[$tool]}@$v" "${fixes[$tool]}" "${main[$tool]}" "$(ldflags "$tool")" | sha256sum | cut -c1-12)
 	dir=$cache/$tool-$v-$key
 	mkdir -p "$cache"
 	(
@@ -66,6 +76,10 @@ build() {
 			mkdir -p "$dir.tmp"
 			cp -r "$src" "$dir.tmp/src"
 			chmod -R u+w "$dir.tmp/src"
+			if [[ -n ${fixes[$tool]} ]]; then
+				# shellcheck disable=SC2086 # the fixes are separate flags
+				(cd "$dir.tmp/src" && go mod edit ${fixes[$tool]})
+			fi
 			if [[ $tool == flux ]]; then
 				mkdir -p "$dir.tmp/src/cmd/flux/manifests"
 				printf '# placeholder: toa-deploy builds flux without the manifests `flux install` writes\n' >"$dir.tmp/src/cmd/flux/manifests/placeholder.yaml"
