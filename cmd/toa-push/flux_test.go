@@ -93,4 +93,3 @@ func filesIn(t *testing.T, dir string) map[string]bool {
 	}
 	return out
 }
-
