@@ -47,6 +47,8 @@ type options struct {
 	sbom           attest.Format
 	signer         *attest.Signer
 	compression    layer.Compression
+
+	artifact, artifactSource, artifactRevision string // WithArtifact
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.

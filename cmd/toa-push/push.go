@@ -41,6 +41,10 @@ type pushCommand struct {
 	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
 	Compression    string        `name:"compression" enum:"gzip,zstd" default:"gzip" help:"How the layers toa-push makes are compressed: gzip, which every registry and runtime reads, or zstd (tar+zstd: containerd 1.5 and later, CRI-O, podman), smaller and faster to unpack. Images the registry already has are left as they are."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+
+	Artifact         string `name:"artifact" placeholder:"REF" help:"After the images, push the kustomization as an OCI artifact in Flux's format to REF (REGISTRY/REPOSITORY:TAG), signed with --sign-key like the images: Flux's OCIRepository or toa-apply oci://REF reads it. The same kustomization gives the same digest. With --oci-layout it goes into the layout, and --from-oci-layout pushes it."`
+	ArtifactSource   string `name:"artifact-source" placeholder:"URL" help:"The artifact's org.opencontainers.image.source, as flux push artifact --source (e.g. the Git remote). Default: toa:CONTEXT."`
+	ArtifactRevision string `name:"artifact-revision" placeholder:"REV" help:"The artifact's org.opencontainers.image.revision, as flux push artifact --revision (e.g. main@sha1:COMMIT). Default: the environment."`
 }
 
 // Validate refuses flags that cannot go together, before any work.
@@ -53,6 +57,12 @@ func (c *pushCommand) Validate() error {
 	case c.Retries < 0:
 		return fmt.Errorf("--retries is %d: give 0 or more", c.Retries)
 	}
+	if c.Artifact != "" && c.Plan {
+		return fmt.Errorf("--plan pushes nothing, and takes no --artifact")
+	}
+	if c.Artifact == "" && (c.ArtifactSource != "" || c.ArtifactRevision != "") {
+		return fmt.Errorf("--artifact-source and --artifact-revision describe the --artifact: give --artifact REF too")
+	}
 	if c.FromOCILayout == "" {
 		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
 			return fmt.Errorf("--kustomization cannot be the --oci-layout folder itself: leave it out (the kustomization goes to %s)", filepath.Join(c.OCILayout, "kustomization"))
@@ -60,7 +70,7 @@ func (c *pushCommand) Validate() error {
 		return nil
 	}
 	for flag, set := range map[string]bool{"environment argument": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
-		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0, "--sbom " + c.SBOM: c.SBOM != string(attest.SPDX), "--sign-key": c.SignKey != ""} {
+		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0, "--sbom " + c.SBOM: c.SBOM != string(attest.SPDX), "--sign-key": c.SignKey != "", "--artifact (the layout holds the artifact --oci-layout wrote)": c.Artifact != ""} {
 		if set {
 			return fmt.Errorf("--from-oci-layout pushes the layout as --oci-layout wrote it, and takes no %s: give those where the layout is written", flag)
 		}
@@ -168,6 +178,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 		pipeline.WithLogger(log),
 		pipeline.WithWarnings(func(w string) { display.Print("warning: " + w) }),
 		pipeline.WithEvents(func(e image.Event) { display.Set(e.Image, e.Message) }),
+		pipeline.WithArtifact(c.Artifact, c.ArtifactSource, c.ArtifactRevision),
 	}
 	if c.Verbose {
 		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
