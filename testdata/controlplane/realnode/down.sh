@@ -97,7 +97,7 @@ for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
 done
 
 # 5. The run state. A restart keeps nothing either: each up.sh imports its image anew.
-rm -rf "$dir/containerd" "$dir/kubelet" "$dir/cni" "$dir/pki" "$dir/logs" "$dir"/*.pid \
+rm -rf "$dir/containerd" "$dir/kubelet" "$dir/cni" "$dir/pki" "$dir/logs" "$dir/pod-logs" "$dir"/*.pid \
 	"$dir/containerd.toml" "$dir/kubelet.yaml" "$dir/ip_forward.before" "$sock" "$sock.ttrpc"
 rmdir "$dir" 2>/dev/null || log "left $dir: it holds files up.sh did not make"
 [[ ${_TOA_REALNODE_RESTART:-} ]] || rm -f "$state/realnode.unavailable"

@@ -116,7 +116,7 @@ rm -f "$unavailable"
 started=$(date +%s%N)
 logs=$dir/logs
 sock=$dir/containerd.sock
-mkdir -p "$logs" "$dir/cni/net.d" "$dir/cni/ipam" "$dir/kubelet" "$dir/pki"
+mkdir -p "$logs" "$dir/cni/net.d" "$dir/cni/ipam" "$dir/kubelet" "$dir/pki" "$dir/pod-logs"
 cat /proc/sys/net/ipv4/ip_forward >"$dir/ip_forward.before"
 
 fail() {
@@ -148,7 +148,14 @@ wait_for() {
 
 # A bridge on the host with the subnet's first address, so that the kubelet's
 # probes reach the pods; no default route in the pods and no masquerade, so
-# that they reach nothing but the host.
+# that they reach nothing but the host. Made here rather than by the bridge
+# plugin at the first pod: its address is the node's (a kubelet refuses a
+# loopback node IP).
+gateway=${subnet%/*}
+gateway=${gateway%.*}.1
+ip link add "$bridge" type bridge 2>/dev/null || ip link show "$bridge" >/dev/null 2>&1 || unavailable "cannot make the bridge $bridge (ip link add: no CAP_NET_ADMIN?)"
+ip addr replace "$gateway/${subnet#*/}" dev "$bridge" || unavailable "cannot give the bridge $bridge the address $gateway"
+ip link set "$bridge" up || unavailable "cannot set the bridge $bridge up"
 cat >"$dir/cni/net.d/10-toa-test.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -262,6 +269,7 @@ evictionPressureTransitionPeriod: 5s
 serializeImagePulls: false
 maxPods: 30
 resolvConf: /etc/resolv.conf
+podLogsDir: $dir/pod-logs
 rotateCertificates: false
 EOF
 
@@ -271,7 +279,7 @@ start kubelet "$bin/kubelet" \
 	--root-dir "$dir/kubelet" \
 	--cert-dir "$dir/pki" \
 	--hostname-override "$node" \
-	--node-ip 127.0.0.1 \
+	--node-ip "$gateway" \
 	--node-labels "toa-test/node=real" \
 	--v 1
 healthy() { curl -fsS --max-time 2 "http://127.0.0.1:$healthz_port/healthz" >/dev/null; }
