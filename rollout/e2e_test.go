@@ -300,8 +300,8 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("Wait = %v, want a *fault.Timeout of an *Awaiting", err)
 	}
 	t.Logf("timeout: %v", err)
-	if len(awaiting.Deployments) != 1 || awaiting.Deployments[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
-		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Deployments)
+	if len(awaiting.Objects) != 1 || awaiting.Objects[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
+		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Objects)
 	}
 }
 

@@ -199,7 +199,7 @@ func (c *applyCommand) exitError(err error) error {
 		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):
 		var pods []rollout.PodReport
-		for _, s := range awaiting.Deployments {
+		for _, s := range awaiting.Objects {
 			pods = append(pods, s.Pods...)
 		}
 		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)%s", err, c.Timeout, explanation(pods)))
@@ -300,5 +300,5 @@ func (p *progress) update(s rollout.Status) {
 	case s.Done:
 		mark = "✓ "
 	}
-	p.display.Set("deployment/"+s.Name, fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
+	p.display.Set(s.Object(), fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
 }
