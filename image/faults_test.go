@@ -39,9 +39,9 @@ func newFaultRun(t *testing.T) *faultRun {
 	return f
 }
 
-// push pushes the application with the registry options given, and returns its result, its
-// error and how long it took.
-func (f *faultRun) push(t *testing.T, opts ...RegistryOption) (*Result, error, time.Duration) {
+// push pushes the application with the registry options given, and returns its result, how
+// long it took and its error.
+func (f *faultRun) push(t *testing.T, opts ...RegistryOption) (*Result, time.Duration, error) {
 	t.Helper()
 	notify := WithNotify(func(s string) {
 		f.mu.Lock()
@@ -54,7 +54,7 @@ func (f *faultRun) push(t *testing.T, opts ...RegistryOption) (*Result, error, t
 	}
 	start := time.Now()
 	res, err := pushWith(context.Background(), t, f.dir, f.baseRef, reg)
-	return res, err, time.Since(start)
+	return res, time.Since(start), err
 }
 
 func (f *faultRun) said(s string) bool {
@@ -156,7 +156,7 @@ func TestFaults(t *testing.T) {
 			broken := c.on(f)
 			injected := broken.Inject(c.fault)
 			f.target.Reset()
-			res, err, took := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
+			res, took, err := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
 			t.Logf("%s in %s: %v", c.name, took.Round(time.Millisecond), err)
 			if injected.Hits() == 0 {
 				t.Fatalf("the fault broke no request")
@@ -195,7 +195,7 @@ func TestFaults(t *testing.T) {
 			broken.Heal()
 			had := f.target.Blobs()
 			f.target.Reset()
-			if _, err, _ := f.push(t, quick...); err != nil {
+			if _, _, err := f.push(t, quick...); err != nil {
 				t.Fatalf("the rerun failed: %v", err)
 			}
 			for _, d := range uploadedDigests(f.target.Recorder) {
@@ -301,7 +301,7 @@ func TestDamagedCachedLayer(t *testing.T) {
 func TestRegistryAnswersDigestInvalid(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.Answer, Status: http.StatusBadRequest, Code: "DIGEST_INVALID"})
-	_, err, _ := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
+	_, _, err := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
 	var corrupt *CorruptBlobError
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "(the registry answered DIGEST_INVALID)") {
 		t.Fatalf("want the blob named with the registry's answer: %v", err)
