@@ -15,7 +15,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/kustomize"
+	"github.com/toa-deploy/toa-deploy/internal/kinds"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -36,7 +36,7 @@ const header = "# Written by toa-push"
 // touching selectors, which are immutable on a Deployment.
 func Kustomization(objects []Object, images []types.Image, contextName string) (map[string][]byte, error) {
 	files := map[string][]byte{}
-	var kinds []string
+	var written []string // the kinds, a file each
 	for _, obj := range objects {
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		if kind == "" {
@@ -51,16 +51,16 @@ func Kustomization(objects []Object, images []types.Image, contextName string) (
 			files[name] = append(append(files[name], "---\n"...), data...)
 		} else {
 			files[name] = data
-			kinds = append(kinds, kind)
+			written = append(written, kind)
 		}
 	}
-	slices.SortStableFunc(kinds, func(a, b string) int { return kustomize.Stage(a) - kustomize.Stage(b) })
+	slices.SortStableFunc(written, func(a, b string) int { return kinds.Stage(a) - kinds.Stage(b) })
 
 	k := types.Kustomization{
 		TypeMeta: types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
 		Labels:   []types.Label{{Pairs: map[string]string{ContextLabel: contextName}, IncludeSelectors: false}},
 	}
-	for _, kind := range kinds {
+	for _, kind := range written {
 		k.Resources = append(k.Resources, fileName(kind))
 	}
 	seen := map[string]bool{}

@@ -257,15 +257,6 @@ func (c *Component) readExtensions(m field) error {
 	return nil
 }
 
-func (c *Component) extension(pkg string) *Annotation {
-	for i := range c.Extensions {
-		if c.Extensions[i].Package == pkg {
-			return &c.Extensions[i]
-		}
-	}
-	return nil
-}
-
 func (c *Component) readVersion(m field) error {
 	if f, ok := m.child("version"); ok {
 		v, err := f.str()

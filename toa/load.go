@@ -290,7 +290,7 @@ func (app *Application) readRegistry(ctx field) error {
 		if r.Base, err = f.registryBase(); err != nil {
 			return err
 		}
-		r.Platforms, r.PlatformsDefaulted = append([]string(nil), DefaultPlatforms...), true
+		r.Platforms, r.PlatformsDefaulted = DefaultPlatforms(), true
 		return nil
 	}
 	if _, err := f.mapping([]string{"base", "platforms", "build", "credentials", "services"}, ""); err != nil {
@@ -323,7 +323,7 @@ func (app *Application) readRegistry(ctx field) error {
 func (r *Registry) readPlatforms(registry field) error {
 	f, ok := registry.child("platforms")
 	if !ok {
-		r.Platforms, r.PlatformsDefaulted = append([]string(nil), DefaultPlatforms...), true
+		r.Platforms, r.PlatformsDefaulted = DefaultPlatforms(), true
 		return nil
 	}
 	if f.isNull() {
