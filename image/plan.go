@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -312,11 +313,11 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 			if file == "" {
 				continue
 			}
-			limit := int64(toa.MaxPackageSize)
+			limit := int64(fsys.MaxPackageSize)
 			if file == c.PackageLock {
-				limit = toa.MaxLockSize
+				limit = fsys.MaxLockSize
 			}
-			data, err := toa.ReadFile(file, limit)
+			data, err := fsys.ReadFile(file, limit)
 			if err != nil {
 				return "", err
 			}

@@ -17,6 +17,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -65,7 +66,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 		return nil, nil
 	}
 	var pkg manifest
-	pkgData, err := toa.ReadJSON(c.PackageJSON, toa.MaxPackageSize, &pkg)
+	pkgData, err := fsys.ReadJSON(c.PackageJSON, fsys.MaxPackageSize, &pkg)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +102,7 @@ func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*d
 	}
 	var err error
 	if d.lockPath != "" {
-		if d.lockData, err = toa.ReadFile(d.lockPath, toa.MaxLockSize); err != nil {
+		if d.lockData, err = fsys.ReadFile(d.lockPath, fsys.MaxLockSize); err != nil {
 			return nil, err
 		}
 	} else {
@@ -221,7 +222,7 @@ func (o *options) projectNpmrc(c *toa.Component) (string, error) {
 		paths = append(paths, own)
 	}
 	for _, path := range paths {
-		data, err := toa.ReadFile(path, toa.MaxPackageSize)
+		data, err := fsys.ReadFile(path, fsys.MaxPackageSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -237,7 +238,7 @@ func (o *options) projectNpmrc(c *toa.Component) (string, error) {
 // staging makes a folder for one install, under the cache so that the layer is written on the
 // same file system.
 func (o *options) staging(name string) (string, error) {
-	dir := filepath.Join(o.cacheRoot, "tmp")
+	dir := fsys.Staging.Dir(o.cacheRoot)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create a staging folder: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // CompressionLevel is the gzip level of every layer, with klauspost/compress's gzip (the one
@@ -118,28 +119,16 @@ func newOptions(opts []Option) (*options, error) {
 		opt(o)
 	}
 	if o.cacheRoot == "" {
-		root, err := DefaultCacheDir()
+		root, err := fsys.CacheRoot()
 		if err != nil {
 			return nil, err
 		}
 		o.cacheRoot = root
 	}
 	if o.npmCache == "" {
-		o.npmCache = filepath.Join(o.cacheRoot, "npm")
+		o.npmCache = fsys.Npm.Dir(o.cacheRoot)
 	}
 	return o, nil
-}
-
-// DefaultCacheDir is $TOA_CACHE, else $HOME/.cache/toa-deploy.
-func DefaultCacheDir() (string, error) {
-	if dir := os.Getenv("TOA_CACHE"); dir != "" {
-		return dir, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find the cache folder: %w; set TOA_CACHE", err)
-	}
-	return filepath.Join(home, ".cache", "toa-deploy"), nil
 }
 
 // mtime is the time every entry carries.
@@ -354,22 +343,16 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(o.layersDir(), "sha256")
+	dir := fsys.Layers.Dir(o.cacheRoot)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
 	sweep(dir, ".partial-")
-	f, err := os.CreateTemp(dir, ".partial-*")
+	f, err := fsys.Create(dir, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	defer f.Discard()
 	compressed := &countingHash{Hash: sha256.New()}
 	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
 	z, _ := gzip.NewWriterLevel(buffered, CompressionLevel)
@@ -390,9 +373,6 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
-	}
 	l := &fileLayer{
 		digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
 		diffID:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
@@ -400,10 +380,9 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 		mediaType: o.mediaType,
 	}
 	l.path = filepath.Join(dir, l.digest.Hex+".tar.gz")
-	if err := os.Rename(f.Name(), l.path); err != nil {
+	if err := f.Commit(l.path); err != nil {
 		return nil, fmt.Errorf("keep the layer in the cache: %w", err)
 	}
-	done = true
 	return l, nil
 }
 
@@ -414,14 +393,25 @@ type record struct {
 	Size   int64  `json:"size"`
 }
 
+// recordCache is the cache of fsys's table that keeps the records of a kind of layer.
+func recordCache(kind string) fsys.Cache {
+	switch kind {
+	case "deps":
+		return fsys.DepsLayers
+	case "global":
+		return fsys.GlobalLayers
+	}
+	return fsys.FileLayers
+}
+
 func (o *options) recordPath(kind, key string) string {
-	return filepath.Join(o.layersDir(), kind, key+".json")
+	return recordCache(kind).Path(o.cacheRoot, key+".json")
 }
 
 // lookup returns the layer kept under key, or nil when there is none (or it is gone).
 func (o *options) lookup(kind, key string) *fileLayer {
-	data, err := os.ReadFile(o.recordPath(kind, key))
-	if err != nil {
+	data, ok := recordCache(kind).Read(o.recordPath(kind, key))
+	if !ok {
 		return nil
 	}
 	var r record
@@ -433,7 +423,7 @@ func (o *options) lookup(kind, key string) *fileLayer {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+".tar.gz"),
+	l := &fileLayer{path: fsys.Layers.Path(o.cacheRoot, digest.Hex+".tar.gz"),
 		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType}
 	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
 		return nil
@@ -446,6 +436,7 @@ func (o *options) lookup(kind, key string) *fileLayer {
 		o.warn(fmt.Sprintf("the cache %s held a damaged layer (%v): it is removed, and the layer made again", o.layersDir(), err))
 		return nil
 	}
+	fsys.Touch(l.path) // used: the last to go when the cache is pruned
 	return l
 }
 
@@ -469,25 +460,7 @@ func verify(path string, digest v1.Hash) error {
 // keep records l under key.
 func (o *options) keep(kind, key string, l *fileLayer) error {
 	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
-	path := o.recordPath(kind, key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
 	// written whole beside it and renamed over it: a run that stops, or another one at once,
 	// never leaves a record half written
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return fsys.WriteFile(o.recordPath(kind, key), data, 0o644)
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/pipeline"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -39,6 +39,7 @@ type pushCommand struct {
 	SBOM           string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
 	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+	PruneCache     bool          `name:"prune-cache" help:"Prune the caches (TOA_CACHE, else ~/.cache/toa-deploy) to TOA_CACHE_MAX (default 5GiB) now, least recently used first, and do nothing else. Every run prunes them so at its end."`
 }
 
 // Validate refuses flags that cannot go together, before any work.
@@ -50,6 +51,9 @@ func (c *pushCommand) Validate() error {
 		return fmt.Errorf("--stall-timeout is %s: give a positive duration, like 60s", c.StallTimeout)
 	case c.Retries < 0:
 		return fmt.Errorf("--retries is %d: give 0 or more", c.Retries)
+	}
+	if _, err := fsys.CacheMax(); err != nil {
+		return err
 	}
 	if c.FromOCILayout == "" {
 		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
@@ -90,7 +94,12 @@ func (c *pushCommand) environment() string {
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	if c.PruneCache {
+		return c.pruneCache(ctx)
+	}
+	started := time.Now()
 	err := c.run(ctx, log)
+	boundCache(ctx, log, started)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fault.TimedOut(fmt.Errorf("toa-push ran out of time (--timeout %s): %w", c.Timeout, err))
 	}
@@ -143,7 +152,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile),
 		image.WithStallTimeout(c.StallTimeout), image.WithRetries(c.Retries),
 		image.WithNotify(func(s string) { display.Print("warning: " + s) })}
-	if dir, err := layer.DefaultCacheDir(); err == nil {
+	if dir, err := fsys.CacheRoot(); err == nil {
 		regOpts = append(regOpts, image.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
 	}
 	if c.FromOCILayout == "" {
