@@ -24,9 +24,10 @@ import (
 // The most toa-deploy reads of each of the user's files: far above any real one, low enough that
 // a wrong file (a log, a dump, a link to a device) is refused at once instead of filling memory.
 const (
-	MaxYAMLSize    = 1 << 20  // context.toa.yaml, manifest.toa.yaml
-	MaxPackageSize = 4 << 20  // package.json, .npmrc
-	MaxLockSize    = 64 << 20 // package-lock.json, npm-shrinkwrap.json: a large monorepo's is some MiB
+	MaxYAMLSize    = 1 << 20   // context.toa.yaml, manifest.toa.yaml
+	MaxPackageSize = 4 << 20   // package.json, .npmrc
+	MaxLockSize    = 64 << 20  // package-lock.json, npm-shrinkwrap.json: a large monorepo's is some MiB
+	MaxTarballSize = 256 << 20 // a package tarball a `file:` dependency names (npm pack's output)
 )
 
 // ReadFile reads one of the user's files, following links: only a regular file is read, and only
@@ -95,18 +96,24 @@ func CheckFile(path string, limit int64) error {
 	return nil
 }
 
-func notRegular(path string, info fs.FileInfo) error {
-	what := "not a regular file"
+// Kind names what a file that is not a regular one is: "a named pipe (FIFO)", "a socket", "a
+// device", "a folder", else "not a regular file".
+func Kind(info fs.FileInfo) string {
 	switch mode := info.Mode(); {
 	case mode&fs.ModeNamedPipe != 0:
-		what = "a named pipe (FIFO)"
+		return "a named pipe (FIFO)"
 	case mode&fs.ModeSocket != 0:
-		what = "a socket"
+		return "a socket"
 	case mode&fs.ModeDevice != 0:
-		what = "a device"
+		return "a device"
 	case mode.IsDir():
-		what = "a folder"
+		return "a folder"
 	}
+	return "not a regular file"
+}
+
+func notRegular(path string, info fs.FileInfo) error {
+	what := Kind(info)
 	message := "is " + what + ", not a regular file"
 	if what == "not a regular file" {
 		message = "is not a regular file"

@@ -2,9 +2,6 @@ package layer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,7 +109,14 @@ func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*d
 	if d.npmrc, err = o.projectNpmrc(c); err != nil {
 		return nil, err
 	}
-	d.locals = localDependencies(c.Path, pkg, d.lockData)
+	locals, err := c.LocalPackages() // folders and regular files within a bound, or an error
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range locals {
+		d.locals = append(d.locals, l.Path)
+	}
+	sort.Strings(d.locals) // mirror's order: a folder before what is in it
 	return d, nil
 }
 
@@ -267,50 +271,6 @@ func sweep(dir, prefix string) {
 	}
 }
 
-// localDependencies are the absolute paths of the component's `file:` dependencies, from its
-// package.json and from the folders its lockfile names besides node_modules.
-func localDependencies(dir string, pkg manifest, lock []byte) []string {
-	set := map[string]bool{}
-	add := func(spec string) {
-		spec = strings.TrimPrefix(spec, "file:")
-		if spec == "" || !(strings.HasPrefix(spec, ".") || strings.HasPrefix(spec, "/")) {
-			return
-		}
-		if !filepath.IsAbs(spec) {
-			spec = filepath.Join(dir, spec)
-		}
-		set[filepath.Clean(spec)] = true
-	}
-	for _, deps := range []map[string]any{pkg.Dependencies, pkg.OptionalDependencies} {
-		for _, v := range deps {
-			if s, ok := v.(string); ok && (strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") || strings.HasPrefix(s, "/")) {
-				add(s)
-			}
-		}
-	}
-	var l struct {
-		Packages map[string]struct {
-			Resolved string `json:"resolved"`
-		} `json:"packages"`
-	}
-	if json.Unmarshal(lock, &l) == nil {
-		for key, p := range l.Packages {
-			if key != "" && !strings.HasPrefix(key, "node_modules/") && !strings.Contains(key, "/node_modules/") {
-				add(key)
-			}
-			if strings.HasPrefix(p.Resolved, "file:") && !strings.Contains(key, "/node_modules/") {
-				add(p.Resolved)
-			}
-		}
-	}
-	list := make([]string, 0, len(set))
-	for p := range set {
-		list = append(list, p)
-	}
-	sort.Strings(list)
-	return list
-}
-
 // mirror links each local dependency at its own absolute path under the staging root, where
 // the component's relative paths lead from the component's folder mirrored there.
 func mirror(staging, dir string, locals []string) error {
@@ -337,25 +297,16 @@ func mirror(staging, dir string, locals []string) error {
 	return nil
 }
 
-// hashLocal is a hash of a local dependency's files, folder or tarball.
+// hashLocal is a hash of a local dependency's files, folder or tarball (toa.HashLocalPackage).
 func hashLocal(path string) string {
-	info, err := os.Stat(path)
-	if err != nil {
+	h, err := toa.HashLocalPackage(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return "missing"
-	}
-	if info.IsDir() {
-		h, err := toa.HashFiles(path)
-		if err != nil {
-			return "unreadable"
-		}
-		return h
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	case err != nil:
 		return "unreadable"
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	return h
 }
 
 var missingLine = regexp.MustCompile(`(?m)^npm error ((?:Missing|Invalid): .*)$`)

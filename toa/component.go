@@ -310,7 +310,8 @@ func (c *Component) readPackage() error {
 		return err
 	}
 	c.ModuleType = t
-	return nil
+	_, err = c.LocalPackages() // checked now, before anything is built
+	return err
 }
 
 // moduleType is Toa's format(): the nearest package.json at or above dir decides whether its
