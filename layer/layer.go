@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // CompressionLevel is the gzip level of every layer, with klauspost/compress's gzip (the one
@@ -119,28 +120,16 @@ func newOptions(opts []Option) (*options, error) {
 		opt(o)
 	}
 	if o.cacheRoot == "" {
-		root, err := DefaultCacheDir()
+		root, err := fsys.CacheRoot()
 		if err != nil {
 			return nil, err
 		}
 		o.cacheRoot = root
 	}
 	if o.npmCache == "" {
-		o.npmCache = filepath.Join(o.cacheRoot, "npm")
+		o.npmCache = fsys.Npm.Dir(o.cacheRoot)
 	}
 	return o, nil
-}
-
-// DefaultCacheDir is $TOA_CACHE, else $HOME/.cache/toa-deploy.
-func DefaultCacheDir() (string, error) {
-	if dir := os.Getenv("TOA_CACHE"); dir != "" {
-		return dir, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find the cache folder: %w; set TOA_CACHE", err)
-	}
-	return filepath.Join(home, ".cache", "toa-deploy"), nil
 }
 
 // mtime is the time every entry carries.
@@ -356,22 +345,16 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(o.layersDir(), "sha256")
+	dir := fsys.Layers.Dir(o.cacheRoot)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
 	sweep(dir, ".partial-")
-	f, err := os.CreateTemp(dir, ".partial-*")
+	f, err := fsys.Create(dir, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	defer f.Discard()
 	compressed := &countingHash{Hash: sha256.New()}
 	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
 	z := newMemberWriter(buffered, o.compression)
@@ -392,9 +375,6 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
-	}
 	l := &fileLayer{
 		digest:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
 		diffID:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
@@ -402,11 +382,10 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 		mediaType:   o.mediaType,
 		compression: o.compression,
 	}
-	l.path = filepath.Join(dir, l.digest.Hex+o.compression.ext())
-	if err := os.Rename(f.Name(), l.path); err != nil {
+	l.path = fsys.Layers.Path(o.cacheRoot, l.digest.Hex+o.compression.ext())
+	if err := f.Commit(l.path); err != nil {
 		return nil, fmt.Errorf("keep the layer in the cache: %w", err)
 	}
-	done = true
 	return l, nil
 }
 
@@ -417,17 +396,29 @@ type record struct {
 	Size   int64  `json:"size"`
 }
 
-func (o *options) recordPath(kind, key string) string {
-	if o.compression == Zstd { // gzip's records keep the names they had before zstd
-		kind += "." + string(Zstd)
+// recordCache is the cache of fsys's table that keeps the records of a kind of layer.
+func recordCache(kind string) fsys.Cache {
+	switch kind {
+	case "deps":
+		return fsys.DepsLayers
+	case "global":
+		return fsys.GlobalLayers
 	}
-	return filepath.Join(o.layersDir(), kind, key+".json")
+	return fsys.FileLayers
+}
+
+func (o *options) recordPath(kind, key string) string {
+	name := key + ".json"
+	if o.compression == Zstd { // gzip's records keep the names they had before zstd
+		name = key + "." + string(Zstd) + ".json"
+	}
+	return recordCache(kind).Path(o.cacheRoot, name)
 }
 
 // lookup returns the layer kept under key, or nil when there is none (or it is gone).
 func (o *options) lookup(kind, key string) *fileLayer {
-	data, err := os.ReadFile(o.recordPath(kind, key))
-	if err != nil {
+	data, ok := recordCache(kind).Read(o.recordPath(kind, key))
+	if !ok {
 		return nil
 	}
 	var r record
@@ -439,7 +430,7 @@ func (o *options) lookup(kind, key string) *fileLayer {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+o.compression.ext()),
+	l := &fileLayer{path: fsys.Layers.Path(o.cacheRoot, digest.Hex+o.compression.ext()),
 		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType, compression: o.compression}
 	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
 		return nil
@@ -452,6 +443,7 @@ func (o *options) lookup(kind, key string) *fileLayer {
 		o.warn(fmt.Sprintf("the cache %s held a damaged layer (%v): it is removed, and the layer made again", o.layersDir(), err))
 		return nil
 	}
+	fsys.Touch(l.path) // used: the last to go when the cache is pruned
 	return l
 }
 
@@ -475,29 +467,7 @@ func verify(path string, digest v1.Hash) error {
 // keep records l under key.
 func (o *options) keep(kind, key string, l *fileLayer) error {
 	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
-	return writeWhole(o.recordPath(kind, key), data)
-}
-
-// writeWhole writes a record of the cache.
-func writeWhole(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
 	// written whole beside it and renamed over it: a run that stops, or another one at once,
 	// never leaves a record half written
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return fsys.WriteFile(o.recordPath(kind, key), data, 0o644)
 }

@@ -18,6 +18,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -410,7 +411,7 @@ func (o *options) keepAll(kind, key string, layers []*fileLayer) error {
 		r.Layers = append(r.Layers, record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
 	}
 	data, _ := json.Marshal(r)
-	return writeWhole(o.recordPath(kind, key), data)
+	return fsys.WriteFile(o.recordPath(kind, key), data, 0o644)
 }
 
 func asLayers(layers []*fileLayer) []v1.Layer {

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toa-deploy/toa-deploy/attest"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
@@ -79,7 +80,7 @@ func WithRegistries(r *registry.Registries) Option { return func(o *options) { o
 func WithResolveTimeout(d time.Duration) Option { return func(o *options) { o.resolveTimeout = d } }
 
 // WithCacheDir sets toa-push's cache: layers, npm's cache, what was learnt of the bases.
-// Default: layer.DefaultCacheDir().
+// Default: fsys.CacheRoot().
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
 // WithLogger receives what is done, step by step (debug), and what was written (info).
@@ -125,7 +126,7 @@ func newOptions(opts []Option) (*options, error) {
 		o.events = func(image.Event) {}
 	}
 	if o.cacheDir == "" {
-		dir, err := layer.DefaultCacheDir()
+		dir, err := fsys.CacheRoot()
 		if err != nil {
 			return nil, err
 		}

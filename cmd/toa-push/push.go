@@ -13,6 +13,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/layer"
@@ -45,6 +46,7 @@ type pushCommand struct {
 	Artifact         string `name:"artifact" placeholder:"REF" help:"After the images, push the kustomization as an OCI artifact in Flux's format to REF (REGISTRY/REPOSITORY:TAG), signed with --sign-key like the images: Flux's OCIRepository or toa-apply oci://REF reads it. The same kustomization gives the same digest. With --oci-layout it goes into the layout, and --from-oci-layout pushes it."`
 	ArtifactSource   string `name:"artifact-source" placeholder:"URL" help:"The artifact's org.opencontainers.image.source, as flux push artifact --source (e.g. the Git remote). Default: toa:CONTEXT."`
 	ArtifactRevision string `name:"artifact-revision" placeholder:"REV" help:"The artifact's org.opencontainers.image.revision, as flux push artifact --revision (e.g. main@sha1:COMMIT). Default: the environment."`
+	PruneCache       bool   `name:"prune-cache" help:"Prune the caches (TOA_CACHE, else ~/.cache/toa-deploy) to TOA_CACHE_MAX (default 5GiB) now, least recently used first, and do nothing else. Every run prunes them so at its end."`
 }
 
 // Validate refuses flags that cannot go together, before any work.
@@ -62,6 +64,9 @@ func (c *pushCommand) Validate() error {
 	}
 	if c.Artifact == "" && (c.ArtifactSource != "" || c.ArtifactRevision != "") {
 		return fmt.Errorf("--artifact-source and --artifact-revision describe the --artifact: give --artifact REF too")
+	}
+	if _, err := fsys.CacheMax(); err != nil {
+		return err
 	}
 	if c.FromOCILayout == "" {
 		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
@@ -102,7 +107,12 @@ func (c *pushCommand) environment() string {
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	if c.PruneCache {
+		return c.pruneCache(ctx)
+	}
+	started := time.Now()
 	err := c.run(ctx, log)
+	boundCache(ctx, log, started)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fault.TimedOut(fmt.Errorf("toa-push ran out of time (--timeout %s): %w", c.Timeout, err))
 	}
@@ -155,7 +165,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 	regOpts := []registry.RegistryOption{registry.WithInsecure(c.Insecure), registry.WithCAFile(c.CAFile),
 		registry.WithStallTimeout(c.StallTimeout), registry.WithRetries(c.Retries),
 		registry.WithNotify(func(s string) { display.Print("warning: " + s) })}
-	if dir, err := layer.DefaultCacheDir(); err == nil {
+	if dir, err := fsys.CacheRoot(); err == nil {
 		regOpts = append(regOpts, registry.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
 	}
 	if c.FromOCILayout == "" {
