@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -385,7 +385,7 @@ func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image
 			p.Variant = parsed.Variant
 		}
 	}
-	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION")}, nil
+	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}, nil
 }
 
 // libcOf finds the base's libc once per digest: musl when a layer holds ld-musl, else glibc.
@@ -401,9 +401,9 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	}
 	cache := ""
 	if b.opts.CacheDir != "" {
-		cache = filepath.Join(b.opts.CacheDir, "libc", strings.ReplaceAll(digest, ":", "-"))
+		cache = fsys.Libc.Path(b.opts.CacheDir, strings.ReplaceAll(digest, ":", "-"))
 		// a file that says neither (one an older toa-push wrote half) is looked again
-		if data, err := os.ReadFile(cache); err == nil && (string(data) == "glibc" || string(data) == "musl") {
+		if data, ok := fsys.Libc.Read(cache); ok && (string(data) == "glibc" || string(data) == "musl") {
 			b.libc[digest] = string(data)
 			return string(data), nil
 		}
@@ -414,7 +414,7 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	}
 	b.libc[digest] = libc
 	if cache != "" {
-		_ = writeCacheFile(cache, []byte(libc)) // a cache: losing it costs a second look
+		_ = fsys.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
 	}
 	return libc, nil
 }

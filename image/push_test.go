@@ -72,12 +72,16 @@ func (f fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return tarLayer(files)
 }
 
-func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target) (v1.Layer, error) {
+func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target, _ int) ([]v1.Layer, error) {
 	if c.PackageJSON == "" {
 		return nil, nil
 	}
 	pkg, _ := os.ReadFile(c.PackageJSON)
-	return tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
+	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
+	if err != nil {
+		return nil, err
+	}
+	return []v1.Layer{l}, nil
 }
 
 func (fakeLayers) Global(context.Context, []string, Target) (v1.Layer, error) { return nil, nil }

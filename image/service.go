@@ -138,13 +138,11 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 		}
 		b.opts.Events(Event{img.Name, "installing the dependencies of " + img.Service.Reference + " for " + platform})
 		var adds []mutate.Addendum
-		deps, err := b.opts.Layers.Dependencies(ctx, c, target)
+		deps, err := b.opts.Layers.Dependencies(ctx, c, target, dependencyBudget(base, 0, 1))
 		if err != nil {
 			return fmt.Errorf("%s: install the dependencies of %s for %s: %w", img.Name, img.Service.Reference, platform, err)
 		}
-		if deps != nil {
-			adds = append(adds, addendum(deps, "node_modules of "+img.Service.Reference, b.created))
-		}
+		adds = append(adds, dependencyAddenda(deps, img.Service.Reference, b.created)...)
 		adds = append(adds, addendum(sources, img.Service.Reference, b.created))
 		out, err := mutate.Append(base, adds...)
 		if err != nil {

@@ -136,7 +136,7 @@ func (fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return tarLayer(files)
 }
 
-func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Target) (v1.Layer, error) {
+func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Target, _ int) ([]v1.Layer, error) {
 	if c.PackageJSON == "" {
 		return nil, nil
 	}
@@ -144,7 +144,11 @@ func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Targ
 	if err != nil {
 		return nil, err
 	}
-	return tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
+	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
+	if err != nil {
+		return nil, err
+	}
+	return []v1.Layer{l}, nil
 }
 
 func (fakeLayers) Global(context.Context, []string, image.Target) (v1.Layer, error) { return nil, nil }

@@ -3,10 +3,14 @@ package registry
 import (
 	"bufio"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // blobIndex is what a run knows of one registry's blobs: which repositories hold them, learnt
@@ -40,15 +44,16 @@ func loadBlobIndex(dir, host string) *blobIndex {
 	if dir == "" {
 		return b
 	}
-	b.file = filepath.Join(dir, "registries", strings.NewReplacer(":", "_", "/", "_").Replace(host)+".blobs")
-	f, err := os.Open(b.file)
+	b.file = fsys.Registries.Path(dir, strings.NewReplacer(":", "_", "/", "_").Replace(host)+".blobs")
+	f, err := fsys.Open(b.file, fsys.Registries.Bound()) // a pipe or a device there is nothing remembered
 	if err != nil {
 		return b // nothing remembered yet
 	}
 	defer f.Close()
+	fsys.Touch(b.file)
 	var order []string
 	lines := 0
-	s := bufio.NewScanner(f)
+	s := bufio.NewScanner(io.LimitReader(f, fsys.Registries.Bound()))
 	for s.Scan() {
 		digest, repo, ok := strings.Cut(s.Text(), " ")
 		if !ok || !strings.HasPrefix(digest, "sha256:") || len(digest) != 71 || repo == "" {
@@ -78,11 +83,7 @@ func (b *blobIndex) compact(order []string) {
 	for _, d := range order {
 		sb.WriteString(d + " " + b.remembered[d] + "\n")
 	}
-	tmp := b.file + ".partial-" + randomSuffix()
-	if os.WriteFile(tmp, []byte(sb.String()), 0o644) == nil {
-		os.Rename(tmp, b.file)
-	}
-	os.Remove(tmp)
+	_ = fsys.WriteFile(b.file, []byte(sb.String()), 0o644) // a cache: losing it costs a mount attempt
 }
 
 // has says whether the run knows repo holds digest.
@@ -139,7 +140,8 @@ func (b *blobIndex) write(line string) {
 	if err := os.MkdirAll(filepath.Dir(b.file), 0o755); err != nil {
 		return
 	}
-	f, err := os.OpenFile(b.file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// O_NONBLOCK: a named pipe there fails the open instead of waiting for a reader
+	f, err := os.OpenFile(b.file, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
 		return
 	}
