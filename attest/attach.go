@@ -472,6 +472,21 @@ func (a *attaching) build(ctx context.Context, indexDigest string, idx *v1.Index
 		if err != nil {
 			return nil, err
 		}
+		if p.Dependencies != nil {
+			// the dependencies image by its digest: it pins its own layers, however many
+			d, err := p.Dependencies.Digest()
+			if err != nil {
+				return nil, err
+			}
+			own, _, err := toaLayers(p.Dependencies)
+			if err != nil {
+				return nil, err
+			}
+			if len(own) <= len(layers) {
+				pb.Dependencies = d.String()
+				layers, what = layers[len(own):], what[len(own):]
+			}
+		}
 		for j, l := range layers {
 			d, err := l.Digest()
 			if err != nil {
