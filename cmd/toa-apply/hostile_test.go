@@ -38,31 +38,6 @@ import (
 // maxPeak is the memory a run may take, whatever it is fed.
 const maxPeak = 300 << 20
 
-var built struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// binary builds toa-apply once for the tests that run it.
-func binary(t *testing.T) string {
-	t.Helper()
-	built.once.Do(func() {
-		dir, err := os.MkdirTemp("", "toa-apply-test")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.path = filepath.Join(dir, "toa-apply")
-		if out, err := exec.Command("go", "build", "-o", built.path, ".").CombinedOutput(); err != nil {
-			built.err = fmt.Errorf("build toa-apply: %v\n%s", err, out)
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
-	}
-	return built.path
-}
 
 // ran is how a run of the binary ended.
 type ran struct {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -94,34 +93,9 @@ func overlay(t *testing.T, tag string, files map[string]string) string {
 	return dir
 }
 
-var built struct {
-	sync.Once
-	bin string
-	err error
-}
 
-// binary is toa-apply built once for the tests that run it as a user does.
-func binary(t *testing.T) string {
-	t.Helper()
-	built.Do(func() {
-		dir, err := os.MkdirTemp("", "toa-apply-test")
-		if err != nil {
-			built.err = err
-			return
-		}
-		built.bin = filepath.Join(dir, "toa-apply")
-		if out, err := exec.Command("go", "build", "-o", built.bin, ".").CombinedOutput(); err != nil {
-			built.err = errors.New("go build: " + err.Error() + "\n" + string(out))
-		}
-	})
-	if built.err != nil {
-		t.Fatal(built.err)
-	}
-	return built.bin
-}
-
-// ran is how a run of toa-apply ended.
-type ran struct {
+// jsonRun is how a run of toa-apply ended.
+type jsonRun struct {
 	code   int
 	took   time.Duration
 	stderr string
@@ -135,7 +109,7 @@ type ran struct {
 }
 
 // apply runs toa-apply -o json on dir in the namespace; what names the run in the test's log.
-func apply(t *testing.T, what, kubeconfig, ns, dir string) ran {
+func apply(t *testing.T, what, kubeconfig, ns, dir string) jsonRun {
 	t.Helper()
 	cmd := exec.Command(binary(t), dir, "--kubeconfig", kubeconfig, "-n", ns, "--timeout", "90s", "-o", "json")
 	cmd.Env = append(os.Environ(), "CI=true")
@@ -143,7 +117,7 @@ func apply(t *testing.T, what, kubeconfig, ns, dir string) ran {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	r := ran{took: time.Since(start), stderr: stderr.String()}
+	r := jsonRun{took: time.Since(start), stderr: stderr.String()}
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
