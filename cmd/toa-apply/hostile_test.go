@@ -38,7 +38,6 @@ import (
 // maxPeak is the memory a run may take, whatever it is fed.
 const maxPeak = 300 << 20
 
-
 // ran is how a run of the binary ended.
 type ran struct {
 	code           int

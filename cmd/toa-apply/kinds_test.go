@@ -93,7 +93,6 @@ func overlay(t *testing.T, tag string, files map[string]string) string {
 	return dir
 }
 
-
 // jsonRun is how a run of toa-apply ended.
 type jsonRun struct {
 	code   int

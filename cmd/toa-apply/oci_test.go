@@ -25,7 +25,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
-
 // hostileArtifact is an image manifest of Flux's types over a layer of any bytes: what a
 // registry an attacker writes to could serve.
 func hostileArtifact(t *testing.T, layer []byte) v1.Image {
