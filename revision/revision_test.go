@@ -247,6 +247,7 @@ func TestRevisionBounds(t *testing.T) {
 	}{
 		{"not gzip", "bm90IGd6aXA=", "gzip"},
 		{"too many objects", gzipped(t, bomb(maxObjects+1)), "more than 10000 objects"},
+		{"64 MiB of {},", gzipped(t, bomb((64<<20)/3-1)), "more than 10000 objects"},
 		{"too many values", gzipped(t, `[{"a":[`+strings.Repeat("1,", maxValues)+`1]}]`), "more than 1048576 JSON values"},
 		{"too deep", gzipped(t, "["+strings.Repeat("[", maxDepth+1)+strings.Repeat("]", maxDepth+1)+"]"), "deeper than 100"},
 		{"too large expanded", gzipped(t, `[{"a":"`+strings.Repeat("x", maxExpanded)+`"}]`), "expands to more than 64 MiB"},
