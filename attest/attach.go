@@ -285,6 +285,9 @@ func (a *attaching) installsOf(ctx context.Context, img v1.Image) ([]*Install, e
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if image.IsDependencyPart(what[i]) {
+			continue // its packages are in the hidden lockfile of the component's first layer
+		}
 		d, err := l.Digest()
 		if err != nil {
 			return nil, err

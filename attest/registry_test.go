@@ -25,6 +25,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -103,7 +104,7 @@ func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, at
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := image.NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +511,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reg, err := image.NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // Built is an image Push has just built, before its tag is written: what an Attacher describes.
@@ -80,13 +81,10 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 		return Sent{}, err
 	}
 	counted := d.reg.Counted()
-	opts, c, err := counted.options(ctx, r)
-	if err == nil {
-		err = c.explain(remote.Write(r, img, opts...))
-	}
+	err = counted.WriteImage(ctx, r, img)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err}
+		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }
@@ -97,12 +95,12 @@ func (d *RegistryDestination) Manifest(ctx context.Context, ref string) (v1.Imag
 	if err != nil {
 		return nil, err
 	}
-	img, err := d.reg.image(ctx, r)
+	img, err := d.reg.Image(ctx, r)
 	if notFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &RegistryError{What: ref, Err: err, Need: "to read what is attached to an image"}
+		return nil, registry.Wrap(ref, "to read what is attached to an image", err)
 	}
 	return img, nil
 }

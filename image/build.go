@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -19,8 +20,9 @@ import (
 type Layers interface {
 	// Sources is one layer with the sources of the components, under /composition/<label>/.
 	Sources(components []*toa.Component) (v1.Layer, error)
-	// Dependencies is the component's node_modules installed for one platform of the base.
-	Dependencies(ctx context.Context, c *toa.Component, p Target) (v1.Layer, error)
+	// Dependencies is the component's node_modules installed for one platform of the base, as
+	// at most budget layers (layer.DependencyLayers): the first holds npm's metadata.
+	Dependencies(ctx context.Context, c *toa.Component, p Target, budget int) ([]v1.Layer, error)
 	// Global is what `npm i -g` lines install into /usr/local, for one platform.
 	Global(ctx context.Context, lines []string, p Target) (v1.Layer, error)
 }
@@ -30,6 +32,15 @@ type Target struct {
 	Platform    v1.Platform
 	Libc        string // "glibc" or "musl"
 	NodeVersion string // the base's NODE_VERSION, "" when it does not say
+	// Base is the base image of the platform, in which install scripts and build.run lines run
+	// (package sandbox); nil where nothing may run in it.
+	Base v1.Image
+}
+
+// runLayers also makes the layer of build.run lines that are not npm commands, run in the base
+// of the platform (Target.Base).
+type runLayers interface {
+	Run(ctx context.Context, lines []string, t Target) (v1.Layer, error)
 }
 
 // maxLayers is about how many layers an image may have in all: past it, neighbouring components
@@ -67,6 +78,16 @@ func groups(components []*toa.Component, n int) [][]*toa.Component {
 // created is the time of its config and history: layer.SourceDateEpoch's.
 func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers, created v1.Time) (v1.Image, error) {
 	var adds []mutate.Addendum
+	global, shell := layer.SplitLines(global)
+	if runner, ok := layers.(runLayers); ok && len(shell) > 0 {
+		l, err := runner.Run(ctx, shell, t)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil {
+			adds = append(adds, addendum(l, "RUN "+strings.Join(shell, "; "), created))
+		}
+	}
 	if len(global) > 0 {
 		l, err := layers.Global(ctx, global, t)
 		if err != nil {
@@ -76,14 +97,13 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; "), created))
 		}
 	}
+	budget := dependencyBudget(base, len(adds), len(img.Components))
 	for _, c := range img.Components {
-		l, err := layers.Dependencies(ctx, c, t)
+		ls, err := layers.Dependencies(ctx, c, t, budget)
 		if err != nil {
 			return nil, err // the layer's error says which install, for which platform
 		}
-		if l != nil {
-			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label, created))
-		}
+		adds = append(adds, dependencyAddenda(ls, c.Locator.Label, created)...)
 	}
 	out, err := mutate.Append(base, adds...)
 	if err != nil {
@@ -131,8 +151,12 @@ func sourcesImage(deps v1.Image, sources []v1.Layer, command []string, created v
 }
 
 func addendum(l v1.Layer, createdBy string, created v1.Time) mutate.Addendum {
+	mt := types.OCILayer // whatever the layer says of itself: every manifest toa-push writes is OCI
+	if m, err := l.MediaType(); err == nil && m == types.OCILayerZStd {
+		mt = m
+	}
 	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: created},
-		MediaType: types.OCILayer}
+		MediaType: mt}
 }
 
 func setEnv(env []string, key, value string) []string {

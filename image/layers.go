@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -20,7 +21,8 @@ type npmLayers struct {
 func NewLayers(app *toa.Application, tools layer.Toolchain, opts ...layer.Option) Layers {
 	// `npm config set` lines of registry.build.run configure every install; NewPlan has
 	// refused the lines that cannot run
-	_, config, _ := layer.ParseRun(app.Registry.Build.Run)
+	npmLines, _ := layer.SplitLines(strings.Split(app.Registry.Build.Run, "\n"))
+	_, config, _ := layer.ParseRun(strings.Join(npmLines, "\n"))
 	base := []layer.Option{
 		layer.WithNpmConfig(config),
 		layer.WithContextRoot(app.Root),
@@ -35,16 +37,25 @@ func (n *npmLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return layer.SourcesOf(components, n.opts...)
 }
 
-func (n *npmLayers) Dependencies(ctx context.Context, c *toa.Component, t Target) (v1.Layer, error) {
-	return layer.Dependencies(ctx, c, platformOf(t), n.with(t)...)
+func (n *npmLayers) Dependencies(ctx context.Context, c *toa.Component, t Target, budget int) ([]v1.Layer, error) {
+	return layer.DependencyLayers(ctx, c, platformOf(t), budget, n.with(t)...)
 }
 
 func (n *npmLayers) Global(ctx context.Context, lines []string, t Target) (v1.Layer, error) {
 	return layer.Global(ctx, lines, platformOf(t), n.with(t)...)
 }
 
+// Run is the layer of the build.run lines that run in the base, for one platform.
+func (n *npmLayers) Run(ctx context.Context, lines []string, t Target) (v1.Layer, error) {
+	return layer.Run(ctx, lines, platformOf(t), n.with(t)...)
+}
+
 func (n *npmLayers) with(t Target) []layer.Option {
-	return append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
+	opts := append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
+	if t.Base != nil {
+		opts = append(opts, layer.WithBase(t.Base))
+	}
+	return opts
 }
 
 func platformOf(t Target) layer.Platform {

@@ -32,19 +32,44 @@ type job struct {
 	// that names them.
 	modules func(staging string) string
 	native  func(natives []nativePackage) error
+	// installDir is where npm installed in the staging folder, and target where that folder is
+	// in the image: install scripts npm could not run on the runner run there inside the base
+	// (WithBase). nil for installs that keep the refusal of native code.
+	installDir func(staging string) string
+	target     string
 	// fill writes the layer from the staging folder.
 	fill func(staging string, w *tarWriter) error
+	// parts, when set, lay the staging folder out as several layers instead of fill's one
+	// (DependencyLayers); a split key names them.
+	parts func(staging string) ([]part, error)
 }
 
 // run runs the job: from the cache when its key is there, else npm in a staging folder, the
 // layer written and kept under the key.
 func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error) {
+	layers, err := o.runLayers(ctx, in, j)
+	if err != nil {
+		return nil, err
+	}
+	return layers[0], nil
+}
+
+// runLayers is run for a job whose tree may be several layers (job.parts).
+func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer, error) {
 	j.key.field("npmrc", stripAuth(j.npmrc))
 	j.key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
 	in.key(j.key, o)
+	inBase := o.base != nil && j.installDir != nil && in.skipScripts()
+	if inBase {
+		digest, err := o.base.ConfigName()
+		if err != nil {
+			return nil, fmt.Errorf("read the config digest of the base for %s: %w", in.platform, err)
+		}
+		j.key.field("scripts run in the base", digest.String())
+	}
 	k := j.key.String()
 	if j.cacheable {
-		if l := o.lookup(j.kind, k); l != nil {
+		if l := o.lookupAll(j.kind, k); l != nil {
 			return l, nil
 		}
 	}
@@ -76,7 +101,13 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 		}
 		return nil, fmt.Errorf("install %s for %s: npm %s: %w\n%s", j.what, in.platform, args[0], err, indent(out))
 	}
-	if in.foreign || in.otherNode {
+	ranInBase := false
+	if inBase {
+		if ranInBase, err = o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target); err != nil {
+			return nil, err
+		}
+	}
+	if !ranInBase && (in.foreign || in.otherNode) {
 		natives, err := findNative(j.modules(staging), in)
 		if err != nil {
 			return nil, err
@@ -85,14 +116,14 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 			return nil, j.native(natives)
 		}
 	}
-	l, err := o.writeLayer(func(w *tarWriter) error { return j.fill(staging, w) })
+	layers, err := o.writeJob(staging, j)
 	if err != nil {
 		return nil, fmt.Errorf("write the layer of %s for %s: %w", j.what, in.platform, err)
 	}
 	if j.cacheable {
-		if err := o.keep(j.kind, k, l); err != nil {
+		if err := o.keepAll(j.kind, k, layers); err != nil {
 			return nil, fmt.Errorf("keep the layer of %s in the cache %s: %w", j.what, o.layersDir(), err)
 		}
 	}
-	return l, nil
+	return asLayers(layers), nil
 }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies
@@ -343,10 +343,18 @@ func environment() []string {
 		case "npm_config_prefix", "npm_config_global", "npm_config_location", "npm_config_local_prefix", "node_env":
 			continue
 		}
+		if secretVariables[k] {
+			continue // dependency scripts run with this environment
+		}
 		env = append(env, kv)
 	}
 	return append(env, "NODE_ENV=production")
 }
+
+// secretVariables are toa-push's own secrets and the registries' and cluster's credentials,
+// which no dependency's install script may read.
+var secretVariables = map[string]bool{"TOA_SIGN_KEY": true, "COSIGN_PASSWORD": true, "COSIGN_KEY": true,
+	"DOCKER_CONFIG": true, "REGISTRY_AUTH_FILE": true, "KUBECONFIG": true, "DOCKER_AUTH_CONFIG": true}
 
 // npmEnvironment is the npm configuration in the environment, without credentials: part of the
 // cache keys.
@@ -397,7 +405,7 @@ func readOptional(path string) string {
 	if path == "" {
 		return ""
 	}
-	data, err := toa.ReadFile(path, toa.MaxPackageSize) // a pipe or a device is left out, not waited on
+	data, err := fsys.ReadFile(path, fsys.MaxPackageSize) // a pipe or a device is left out, not waited on
 	if err != nil {
 		return ""
 	}

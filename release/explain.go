@@ -46,7 +46,7 @@ func (x Explainer) Explain(err error) error {
 		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):
 		var pods []rollout.PodReport
-		for _, s := range awaiting.Deployments {
+		for _, s := range awaiting.Objects {
 			pods = append(pods, s.Pods...)
 		}
 		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)%s", err, x.Timeout, Explanation(pods)))

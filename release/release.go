@@ -92,7 +92,7 @@ func (o *Rollout) set(err error) {
 	case errors.As(err, &f):
 		o.Failure = f
 	case errors.As(err, &a):
-		o.Awaiting = a.Deployments
+		o.Awaiting = a.Objects
 	default:
 		o.Error = err.Error()
 	}

@@ -300,8 +300,8 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("Wait = %v, want a *fault.Timeout of an *Awaiting", err)
 	}
 	t.Logf("timeout: %v", err)
-	if len(awaiting.Deployments) != 1 || awaiting.Deployments[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
-		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Deployments)
+	if len(awaiting.Objects) != 1 || awaiting.Objects[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
+		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Objects)
 	}
 }
 
@@ -351,8 +351,8 @@ func TestConflict(t *testing.T) {
 		t.Errorf("replicas %d after Force, want 2", *d.Spec.Replicas)
 	}
 	for _, e := range d.ManagedFields {
-		if e.Manager == "autoscaler-test" && e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), "f:replicas") {
-			t.Errorf("autoscaler-test still owns .spec.replicas: %s", e.FieldsV1.Raw)
+		if e.Manager == "autoscaler-test" && e.FieldsV1 != nil && strings.Contains(e.FieldsV1.GetRawString(), "f:replicas") {
+			t.Errorf("autoscaler-test still owns .spec.replicas: %s", e.FieldsV1.GetRawString())
 		}
 	}
 }
@@ -425,7 +425,7 @@ func TestAdoptHelm(t *testing.T) {
 		}
 		for _, e := range m.ManagedFields {
 			if e.Manager == "helm" {
-				t.Errorf("%s: helm still manages fields: %s", m.Name, e.FieldsV1.Raw)
+				t.Errorf("%s: helm still manages fields: %s", m.Name, e.FieldsV1.GetRawString())
 			}
 		}
 		if m.Labels[LabelPartOf] != res.Set.ID {

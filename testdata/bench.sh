@@ -22,6 +22,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 [ -x /usr/bin/qemu-aarch64-static ] || need+=(qemu-user-static)
 command -v update-binfmts >/dev/null || need+=(binfmt-support)
 [ -x /usr/bin/time ] || need+=(time)
+command -v pigz >/dev/null || need+=(pigz)
 command -v strace >/dev/null || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]} (Debian's packages)"

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 )
 
 func main() {
+	sandbox.Init() // the re-executed init of a build inside a base: it never returns there
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := cli.Logger(os.Stderr, false)

@@ -1,0 +1,258 @@
+package layer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/sandbox"
+)
+
+// WithBase gives the base image of the platform. With it, the install scripts and native builds
+// that npm on the runner cannot run for a foreign platform or another Node major run inside the
+// base (package sandbox), with the base's own node and npm, and build.run lines run there.
+func WithBase(img v1.Image) Option { return func(o *options) { o.base = img } }
+
+// scriptPackage is an installed package with install scripts (or a binding.gyp npm builds).
+type scriptPackage struct {
+	Name, Version, Path string
+	Scripts             []string // "postinstall", "binding.gyp"
+}
+
+// findScripts lists the packages under modules that npm would run install scripts for.
+func findScripts(modules string) ([]scriptPackage, error) {
+	var found []scriptPackage
+	err := walkPackages(modules, "", func(dir, rel string, p packageJSON) {
+		var scripts []string
+		for _, s := range []string{"preinstall", "install", "postinstall"} {
+			if p.Scripts[s] != "" {
+				scripts = append(scripts, s)
+			}
+		}
+		if p.Scripts["install"] == "" && p.Scripts["preinstall"] == "" && (p.Gypfile == nil || *p.Gypfile) &&
+			fileExists(filepath.Join(dir, "binding.gyp")) {
+			scripts = append(scripts, "binding.gyp")
+		}
+		if len(scripts) > 0 {
+			found = append(found, scriptPackage{Name: p.Name, Version: p.Version, Path: rel, Scripts: scripts})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("look for install scripts in %s: %w", modules, err)
+	}
+	return found, nil
+}
+
+// walkPackages calls visit for every package under the node_modules folder dir, nested ones
+// included, without following links.
+func walkPackages(dir, rel string, visit func(dir, rel string, p packageJSON)) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		var pkgs []string
+		if strings.HasPrefix(name, "@") {
+			scoped, _ := os.ReadDir(filepath.Join(dir, name))
+			for _, s := range scoped {
+				pkgs = append(pkgs, path.Join(name, s.Name()))
+			}
+		} else {
+			pkgs = []string{name}
+		}
+		for _, pkg := range pkgs {
+			pkgDir := filepath.Join(dir, pkg)
+			info, err := os.Lstat(pkgDir)
+			if err != nil || info.Mode()&os.ModeSymlink != 0 {
+				continue
+			}
+			var p packageJSON
+			if data, err := os.ReadFile(filepath.Join(pkgDir, "package.json")); err == nil && json.Unmarshal(data, &p) == nil {
+				visit(pkgDir, path.Join(rel, pkg), p)
+			}
+			if err := walkPackages(filepath.Join(pkgDir, "node_modules"), path.Join(rel, pkg, "node_modules"), visit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var ignoreScriptsLine = regexp.MustCompile(`(?m)^\s*ignore-scripts\s*=\s*true\s*$`)
+
+// scriptsIgnored says where npm's configuration turns install scripts off, or "".
+func scriptsIgnored(npmrc string) string {
+	if v := os.Getenv("npm_config_ignore_scripts"); v == "true" {
+		return "npm_config_ignore_scripts=true"
+	}
+	if v := os.Getenv("NPM_CONFIG_IGNORE_SCRIPTS"); v == "true" {
+		return "NPM_CONFIG_IGNORE_SCRIPTS=true"
+	}
+	for _, cfg := range []string{npmrc, readOptional(userConfig())} {
+		if ignoreScriptsLine.MatchString(cfg) {
+			return "ignore-scripts=true in npm's configuration"
+		}
+	}
+	return ""
+}
+
+// describe names the packages and their scripts, one a line.
+func describe(pkgs []scriptPackage) string {
+	lines := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		lines[i] = fmt.Sprintf("%s@%s (node_modules/%s): %s", p.Name, p.Version, p.Path, strings.Join(p.Scripts, ", "))
+	}
+	return strings.Join(lines, "\n    ")
+}
+
+// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped:
+// `npm rebuild <packages>` with the base's node and npm, the install folder bound at its path in
+// the image (target) and npm's cache bound in, so that what the scripts build lands in the tree
+// the layer is written from. The base's own npm applies npm's script policy (allowScripts).
+//
+// It reports whether the scripts ran: not when there are none, when npm's configuration turns
+// them off, or when the base has no shell and npm to run them (a warning names the packages
+// then, and native code is refused as without a base).
+func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string) (bool, error) {
+	pkgs, err := findScripts(modules)
+	if err != nil || len(pkgs) == 0 {
+		return false, err
+	}
+	if why := scriptsIgnored(npmrc); why != "" {
+		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: %s:\n    %s",
+			len(pkgs), what, in.platform, why, describe(pkgs)))
+		return true, nil
+	}
+	root, cfg, err := o.baseRoot(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !fileExists(filepath.Join(root, "bin", "sh")) || !hasNpm(root) {
+		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: its base has no /bin/sh and npm to run them in:\n    %s",
+			len(pkgs), what, in.platform, describe(pkgs)))
+		return false, nil
+	}
+	names := map[string]bool{}
+	for _, p := range pkgs {
+		names[p.Name] = true
+	}
+	args := []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
+	for _, n := range sortedKeys(names) {
+		args = append(args, n)
+	}
+	env := baseEnv(cfg, root)
+	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
+	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(upper)
+	if err := os.MkdirAll(o.npmCache, 0o755); err != nil {
+		return false, err
+	}
+	var out bytes.Buffer
+	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
+		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
+		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}})
+	var exit *sandbox.ExitError
+	if errors.As(err, &exit) {
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
+			what, in.platform, exit.Code, describe(pkgs), indent(out.String()))
+	}
+	return err == nil, err
+}
+
+// hasNpm reports whether the base has npm where node images and distributions put it.
+func hasNpm(root string) bool {
+	for _, p := range []string{"usr/local/bin/npm", "usr/bin/npm", "bin/npm"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// baseRoot is the base unpacked in the cache, and its config.
+func (o *options) baseRoot(ctx context.Context) (string, *v1.ConfigFile, error) {
+	cfg, err := o.base.ConfigFile()
+	if err != nil {
+		return "", nil, fmt.Errorf("read the base's config: %w", err)
+	}
+	root, err := sandbox.Unpack(ctx, o.base, filepath.Join(o.cacheRoot, "bases"))
+	if err != nil {
+		return "", nil, err
+	}
+	return root, cfg, nil
+}
+
+// baseEnv is the environment of a command in the base: the base's own (PATH, NODE_VERSION...),
+// HOME, and where node-gyp finds the headers of the base's node without a download.
+func baseEnv(cfg *v1.ConfigFile, root string) []string {
+	env := []string{"HOME=/root"}
+	hasPath := false
+	for _, kv := range cfg.Config.Env {
+		if strings.HasPrefix(kv, "PATH=") {
+			hasPath = true
+		}
+		if !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	if !hasPath {
+		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	for _, prefix := range []string{"/usr/local", "/usr"} {
+		if fileExists(filepath.Join(root, prefix, "include", "node", "node.h")) {
+			env = append(env, "npm_config_nodedir="+prefix)
+			break
+		}
+	}
+	return env
+}
+
+func platformName(p Platform) string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	return s
+}
+
+func sortedKeys(m map[string]bool) []string {
+	list := make([]string, 0, len(m))
+	for k := range m {
+		list = append(list, k)
+	}
+	sort.Strings(list)
+	return list
+}
+
+// limitedBuffer keeps the last 256 KiB written to it.
+type limitedBuffer struct{ b *bytes.Buffer }
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	l.b.Write(p)
+	if over := l.b.Len() - 256<<10; over > 0 {
+		rest := append([]byte(nil), l.b.Bytes()[over:]...)
+		l.b.Reset()
+		l.b.Write(rest)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,130 @@
+package layer
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/toa-deploy/toa-deploy/sandbox"
+)
+
+func TestMain(m *testing.M) {
+	sandbox.Init()
+	os.Exit(m.Run())
+}
+
+// debianBase is the base testdata/bases/build.sh made for arch (Debian's node 18, npm 10,
+// python3, g++), as an image of one layer.
+func debianBase(t *testing.T, arch string) v1.Image {
+	t.Helper()
+	cache := os.Getenv("TOA_CACHE")
+	if cache == "" {
+		cache = filepath.Join(os.Getenv("HOME"), ".cache", "toa-deploy")
+	}
+	file := filepath.Join(cache, "bases", "debian-"+arch+".tar")
+	if _, err := os.Stat(file); err != nil {
+		t.Skipf("no Debian base for %s: run bash testdata/qemu/install.sh (make setup does)", arch)
+	}
+	l, err := tarball.LayerFromFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := img.ConfigFile()
+	cfg = cfg.DeepCopy()
+	cfg.Architecture, cfg.OS = arch, "linux"
+	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "NODE_VERSION=18.20.4"}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// layerFiles reads a layer's regular files.
+func layerFiles(t *testing.T, l v1.Layer) map[string][]byte {
+	t.Helper()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		if h.Typeflag == tar.TypeLink {
+			data = files[h.Linkname]
+		}
+		files[h.Name] = data
+	}
+}
+
+// TestScriptsRunInBase installs a component with a binding.gyp package and a postinstall for
+// platforms the runner's npm cannot run them for: the addon is an ELF of the base's CPU, the
+// marker says the base's platform and Node, and the scripts saw none of the runner's secrets.
+func TestScriptsRunInBase(t *testing.T) {
+	for _, c := range []struct {
+		arch    string
+		machine elf.Machine
+		node    string
+	}{
+		{"arm64", elf.EM_AARCH64, "linux/arm64 v18."},
+		{"amd64", elf.EM_X86_64, "linux/x64 v18."},
+	} {
+		t.Run(c.arch, func(t *testing.T) {
+			base := debianBase(t, c.arch)
+			t.Setenv("TOA_SIGN_KEY", "secret-key")
+			t.Setenv("COSIGN_PASSWORD", "secret-password")
+			t.Setenv("KUBECONFIG", "/secret/kubeconfig")
+			var warnings collect
+			start := time.Now()
+			l, err := Dependencies(t.Context(), fixture(t, "scripts"), Platform{OS: "linux", Architecture: c.arch, Libc: "glibc"},
+				WithCacheDir(t.TempDir()), WithBase(base), WithBaseNode("18.20.4"), WithWarnings(warnings.warn))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("installed and rebuilt in %s; warnings: %s", time.Since(start), warnings.String())
+			files := layerFiles(t, l)
+			addon := files["composition/default-scripts/node_modules/toa-test-native/build/Release/addon.node"]
+			f, err := elf.NewFile(bytes.NewReader(addon))
+			if err != nil {
+				t.Fatalf("addon.node: %v (files: %d)", err, len(files))
+			}
+			if f.Machine != c.machine {
+				t.Errorf("addon.node is for %s, want %s", f.Machine, c.machine)
+			}
+			marker := string(files["composition/default-scripts/node_modules/toa-test-marker/marker.txt"])
+			if !strings.HasPrefix(marker, c.node) {
+				t.Errorf("marker.txt = %q, want %q...", marker, c.node)
+			}
+			env := string(files["composition/default-scripts/node_modules/toa-test-marker/env.txt"])
+			for _, secret := range []string{"TOA_SIGN_KEY", "COSIGN_PASSWORD", "KUBECONFIG", "DOCKER_CONFIG"} {
+				if strings.Contains(env, secret) {
+					t.Errorf("the postinstall saw %s", secret)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestNoEmulatorRegistered(t *testing.T) {
+	t.Setenv(BinfmtEnv, t.TempDir())
+	foreign := map[string]string{"amd64": "linux/arm64", "arm64": "linux/amd64"}[runtime.GOARCH]
+	err := Check(foreign)
+	var runner *RunnerError
+	if !errors.As(err, &runner) {
+		t.Fatalf("err = %v, want a RunnerError", err)
+	}
+	arch := strings.TrimPrefix(foreign, "linux/")
+	for _, want := range []string{
+		"cannot build for " + foreign + " inside its base on this runner: no emulator for " + arch + " is registered with binfmt_misc",
+		"sudo apt-get install -y qemu-user-static binfmt-support",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %q, want %q", err, want)
+		}
+	}
+	if err := Check("linux/" + runtime.GOARCH); err != nil {
+		t.Errorf("the runner's own platform: %v", err)
+	}
+}
+
+// TestUserNamespacesRefused runs a sandbox where user namespaces are not allowed: in a user
+// namespace of unshare's whose user.max_user_namespaces is 0.
+func TestUserNamespacesRefused(t *testing.T) {
+	if os.Getenv("TOA_SANDBOX_HELPER") == "1" {
+		err := Run(t.Context(), Command{Root: t.TempDir(), Upper: filepath.Join(t.TempDir()), Platform: "linux/" + runtime.GOARCH, Args: []string{"true"}})
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare on this machine")
+	}
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run='^TestUserNamespacesRefused$'`, os.Args[0])
+	cmd.Env = append(os.Environ(), "TOA_SANDBOX_HELPER=1")
+	out, _ := cmd.CombinedOutput()
+	for _, want := range []string{
+		"cannot build for linux/" + runtime.GOARCH + " inside its base on this runner: it does not allow unprivileged user namespaces (user.max_user_namespaces is 0)",
+		"allow them on the runner: sudo sysctl -w user.max_user_namespaces=15000",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("output %q, want %q", out, want)
+		}
+	}
+}
