@@ -341,9 +341,11 @@ func TestRevisionBomb(t *testing.T) {
 func TestConcurrentApplies(t *testing.T) {
 	c := newOnCluster(t)
 	ctx := context.Background()
-	dirs := []string{kustomization(t, "a", ""), kustomization(t, "b", "")}
 	successes, refusals := 0, 0
+	var dirs []string
 	for round := range 4 {
+		// each run a tag of its own: every winner changes the Deployment
+		dirs = []string{kustomization(t, fmt.Sprintf("r%d-a", round+1), ""), kustomization(t, fmt.Sprintf("r%d-b", round+1), "")}
 		var wg sync.WaitGroup
 		results := make([]ran, 2)
 		for i := range 2 {
