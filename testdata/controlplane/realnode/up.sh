@@ -268,7 +268,12 @@ evictionHard:
 evictionPressureTransitionPeriod: 5s
 serializeImagePulls: false
 maxPods: 30
-resolvConf: /etc/resolv.conf
+# The pods' DNS is the bridge's address, where nothing answers: they look
+# nothing up outside, and the kubelet warns of no missing cluster DNS.
+clusterDNS:
+- $gateway
+clusterDomain: cluster.local
+resolvConf: ""
 podLogsDir: $dir/pod-logs
 rotateCertificates: false
 EOF
