@@ -21,11 +21,23 @@ type Built struct {
 	Platforms []BuiltPlatform // in the index's order
 }
 
+// DepsReference is the image's dependencies image by tag (Image.DepsReference), or "" for an
+// image built without one (an extension service's).
+func (b *Built) DepsReference() string {
+	if len(b.Platforms) == 0 || b.Platforms[0].Dependencies == nil {
+		return ""
+	}
+	return b.Image.DepsReference()
+}
+
 // BuiltPlatform is one platform's image of a Built.
 type BuiltPlatform struct {
 	Platform   string // "linux/arm64"
 	Image      v1.Image
 	BaseDigest string // the base's manifest for the platform
+	// Dependencies is the platform's dependencies image the image is built on (its layers are
+	// the image's first), or nil when it has none of its own.
+	Dependencies v1.Image
 }
 
 // BaseReference is the base as the context names it.
@@ -48,7 +60,7 @@ type Attachment struct {
 type Attacher func(ctx context.Context, dest Destination, b *Built) ([]Attachment, Sent, error)
 
 // attach calls the Attacher of the options, if any, on an index just built.
-func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, images []v1.Image, targets []Target, pushed *Pushed, sent *Sent) error {
+func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, images, deps []v1.Image, targets []Target, pushed *Pushed, sent *Sent) error {
 	if b.opts.Attach == nil {
 		return nil
 	}
@@ -59,6 +71,9 @@ func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, ima
 		bp := BuiltPlatform{Platform: p, Image: im}
 		if img.base != nil {
 			bp.BaseDigest = img.base.Platforms[p]
+		}
+		if i < len(deps) {
+			bp.Dependencies = deps[i]
 		}
 		built.Platforms = append(built.Platforms, bp)
 	}

@@ -227,7 +227,7 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, deps.targets, pushed, &sent); err != nil {
+	if err := b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)

@@ -170,7 +170,7 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, targets, pushed, &sent); err != nil {
+	if err := b.attach(ctx, img, idx, images, nil, targets, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)

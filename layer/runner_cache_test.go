@@ -77,6 +77,7 @@ func TestDetectRunnerCachedStartsNodeOnce(t *testing.T) {
 }
 
 func TestDetectRunnerCachedIgnoresADamagedRecord(t *testing.T) {
+	npmTest(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "runner.json"), []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,9 @@ import (
 	"testing"
 )
 
+// nodeInstall is what puts node on PATH, for the tests that ask the extensions what they deploy.
+const nodeInstall = "install Node.js 20 or later: the extensions are asked through node"
+
 // manifest is toa-push's: it reads the apply order from internal/kinds, as toa-apply's side does,
 // and imports nothing of toa-apply's side (kustomize, rollout; issue 22).
 func TestImportsNothingOfTheApplySide(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/extension"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -103,6 +104,7 @@ func TestExampleContexts(t *testing.T) {
 // renderContext renders the context in dir for env, its extensions asked.
 func renderContext(t *testing.T, dir, env string) (map[string]Object, error) {
 	t.Helper()
+	harness.Program(t, "node", nodeInstall)
 	app, err := toa.Load(dir, env)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 // Toa's deployment features (toa-io/toa features/deployment/*.feature and templates/*.feature,
@@ -232,6 +234,7 @@ var workspace = []struct{ key, yaml string }{
 // renders it.
 func renderFeature(t *testing.T, components string, sc featureScenario) map[string]Object {
 	t.Helper()
+	harness.Program(t, "node", nodeInstall)
 	dir := t.TempDir()
 	set := map[string]string{}
 	var order []string

@@ -22,6 +22,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/extension"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/kustomize"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -172,6 +173,7 @@ func writeApp(t *testing.T, app, env, dir string) {
 // application uses are asked what they deploy: the stand-ins linked under its node_modules.
 func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 	t.Helper()
+	harness.Program(t, "node", nodeInstall)
 	a, err := toa.Load(filepath.Join("..", "testdata", "apps", app), env)
 	if err != nil {
 		t.Fatal(err)

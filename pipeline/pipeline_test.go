@@ -182,6 +182,7 @@ func kustomizationImages(t *testing.T, dir string) map[string]string {
 // The push paths of the pipeline, hermetic: a plan, a first push, a push with no change, a code
 // change, and a failed push that leaves no tag.
 func TestPushToARegistry(t *testing.T) {
+	harness.Program(t, "node", "install Node.js 20 or later: the extensions are asked through node")
 	addr, rec, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	k := filepath.Join(t.TempDir(), "deployment")
@@ -340,6 +341,7 @@ func assertComplete(t *testing.T, ref string) {
 // An OCI layout written with no target registry in reach, then pushed from: the same digests and
 // the same kustomization as a push straight to the registry.
 func TestPushThroughAnOCILayout(t *testing.T) {
+	harness.Program(t, "node", "install Node.js 20 or later: the extensions are asked through node")
 	addr, rec, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	ctx := context.Background()
@@ -427,6 +429,7 @@ func TestOutputFoldersCheckedFirst(t *testing.T) {
 // warning that says how old they are; never reached, nothing is written and the plan fails. A
 // push never plans from the cache.
 func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
+	harness.Program(t, "node", "install Node.js 20 or later: the extensions are asked through node")
 	addr, _, stop := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
@@ -478,6 +481,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 // A base whose registry answers that it is gone is not planned from the cache: the registry said
 // something, and the plan fails with it instead of pinning what the tag used to be.
 func TestPlanWithTheBaseGone(t *testing.T) {
+	harness.Program(t, "node", "install Node.js 20 or later: the extensions are asked through node")
 	addr, _, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
@@ -517,6 +521,7 @@ func TestPlanWithTheBaseGone(t *testing.T) {
 // A file that usually holds a secret in a component's sources is named by every run, --plan
 // included, once, before anything is built; one the manifest's ignore leaves out is not.
 func TestSecretsNamedByEveryRun(t *testing.T) {
+	harness.Program(t, "node", "install Node.js 20 or later: the extensions are asked through node")
 	addr, _, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	orders := filepath.Join(dir, "components", "shop.orders")

@@ -125,9 +125,11 @@ func heldByOther(l *coordinationv1.Lease, holder string, now time.Time) bool {
 	if l.Spec.RenewTime != nil {
 		renewed = l.Spec.RenewTime.Time
 	}
+	// never longer than LeaseDuration, whatever the lease declares: a holder that died is taken
+	// over within the bound
 	d := LeaseDuration
 	if l.Spec.LeaseDurationSeconds != nil {
-		d = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+		d = min(d, time.Duration(*l.Spec.LeaseDurationSeconds)*time.Second)
 	}
 	return now.Before(renewed.Add(d))
 }

@@ -321,7 +321,7 @@ func (h History) LatestDeployed() (Revision, bool) {
 	return Revision{}, false
 }
 
-// Objects decodes a revision's objects, within bounds. The revision is one Read verified.
+// Decode decodes a revision's objects, within bounds. The revision is one Read verified.
 func (r Revision) Decode() ([]*unstructured.Unstructured, error) {
 	objects, err := unpack(r.data)
 	if err != nil {
@@ -344,7 +344,8 @@ func Load(ctx context.Context, k *cluster.Client, set rollout.Set, n int) (Revis
 	return rev, objects, err
 }
 
-// DeleteAll deletes the set's revisions, after its parent.
+// DeleteAll deletes the set's revisions, after its parent, which owns them: a run stopped in
+// between leaves them to the garbage collector.
 func DeleteAll(ctx context.Context, k *cluster.Client, set rollout.Set) error {
 	items, err := list(ctx, k, set)
 	if err != nil {

@@ -190,6 +190,21 @@ func TestForgedRevisions(t *testing.T) {
 	if err != nil || rev.Number != 3 {
 		t.Errorf("the revision after a forged 2: %+v, %v; want 3", rev, err)
 	}
+
+	// a Secret of the next revision's name that the listing does not see (no labels): created,
+	// never overwritten
+	unlabelled := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]any{"name": "toa-shop.v4", "namespace": "ns"}, "data": map[string]any{"x": "eA=="}}}
+	if _, err := k.Dynamic.Resource(secrets).Namespace("ns").Create(bg, unlabelled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Record(bg, k, set, objects, RecordOptions{Description: "apply"}); err == nil ||
+		!strings.Contains(err.Error(), "secret/toa-shop.v4 already exists") || !strings.Contains(err.Error(), "nothing was overwritten") {
+		t.Errorf("a revision whose Secret exists: %v", err)
+	}
+	if s, _ := k.Dynamic.Resource(secrets).Namespace("ns").Get(bg, "toa-shop.v4", metav1.GetOptions{}); s == nil || s.Object["data"].(map[string]any)["x"] != "eA==" {
+		t.Errorf("the Secret in the way was changed: %v", s)
+	}
 }
 
 func forge(t *testing.T, k *cluster.Client, set rollout.Set, n int, data string) {
@@ -232,6 +247,7 @@ func TestRevisionBounds(t *testing.T) {
 	}{
 		{"not gzip", "bm90IGd6aXA=", "gzip"},
 		{"too many objects", gzipped(t, bomb(maxObjects+1)), "more than 10000 objects"},
+		{"64 MiB of {},", gzipped(t, bomb((64<<20)/3-1)), "more than 10000 objects"},
 		{"too many values", gzipped(t, `[{"a":[`+strings.Repeat("1,", maxValues)+`1]}]`), "more than 1048576 JSON values"},
 		{"too deep", gzipped(t, "["+strings.Repeat("[", maxDepth+1)+strings.Repeat("]", maxDepth+1)+"]"), "deeper than 100"},
 		{"too large expanded", gzipped(t, `[{"a":"`+strings.Repeat("x", maxExpanded)+`"}]`), "expands to more than 64 MiB"},

@@ -52,3 +52,44 @@ if [ -f "$kubeconfig" ] && bin/toa-apply --help >/dev/null 2>&1; then
   time bin/toa-push --path "$app" -k deployment
   time bin/toa-apply deployment --kubeconfig "$kubeconfig"
 fi
+
+# One rollout on the real node (a kubelet and containerd beside kwok's node), where the control
+# plane has one: the pods start for real and turn Ready by their readiness probe. Not fatal: the
+# demo above is the job; a host that cannot run a kubelet has no real node.
+kubectl="${TOA_CACHE:-$HOME/.cache/toa-deploy}/controlplane/bin/kubectl"
+real_ready() {
+  [ -x "$kubectl" ] && [ "$("$kubectl" --kubeconfig "$kubeconfig" --request-timeout 5s get node toa-real-node \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+if [ -f "$kubeconfig" ] && real_ready; then
+  echo
+  echo "== the same application on the real node toa-real-node (namespace toa-demo-real): pods Ready by their probe"
+  k() { "$kubectl" --kubeconfig "$kubeconfig" --request-timeout 10s "$@"; }
+  overlay="$cache/realnode"
+  mkdir -p "$overlay"
+  cat > "$overlay/kustomization.yaml" <<YAML
+resources:
+- $(realpath --relative-to="$overlay" deployment)
+patches:
+- target: {kind: Deployment}
+  patch: |-
+    - {op: add, path: /spec/template/spec/nodeSelector, value: {toa-test/node: real}}
+    - {op: add, path: /spec/template/spec/tolerations, value: [{key: toa-test/real-node, operator: Equal, value: "true", effect: NoSchedule}]}
+YAML
+  k create namespace toa-demo-real --dry-run=client -o yaml | k apply -f - >/dev/null
+  # the Secrets the workloads read, as a user creates them before the first deploy
+  declare -A literals=()
+  while read -r name key; do
+    literals[$name]+=" --from-literal=$key=demo"
+  done < <(bin/toa-apply "$overlay" --render |
+    awk '/secretKeyRef:/ {r=1; next} r && /key:/ {k=$2; next} r && /name:/ {print $2, k; r=0}' | sort -u)
+  for name in "${!literals[@]}"; do
+    # shellcheck disable=SC2086 # the --from-literal flags, split on purpose
+    k -n toa-demo-real create secret generic "$name" ${literals[$name]} --dry-run=client -o yaml | k apply -f - >/dev/null
+  done
+  if time bin/toa-apply "$overlay" -n toa-demo-real --kubeconfig "$kubeconfig" --timeout 2m; then
+    k -n toa-demo-real get pods -o wide
+  else
+    echo "== the rollout on the real node failed (above); its kubelet's logs: ${TOA_CACHE:-$HOME/.cache/toa-deploy}/controlplane/run/realnode/logs"
+  fi
+fi

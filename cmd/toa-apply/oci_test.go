@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,32 +24,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/artifact"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
-
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-)
-
-// applyBinary is toa-apply built once for the tests that run it as a user would.
-func applyBinary(t *testing.T) string {
-	t.Helper()
-	binaryOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "toa-apply-test")
-		if err != nil {
-			binaryErr = err
-			return
-		}
-		binaryPath = filepath.Join(dir, "toa-apply")
-		if out, err := exec.Command("go", "build", "-o", binaryPath, ".").CombinedOutput(); err != nil {
-			binaryErr = errors.New(string(out))
-		}
-	})
-	if binaryErr != nil {
-		t.Fatalf("build toa-apply: %v", binaryErr)
-	}
-	return binaryPath
-}
 
 // hostileArtifact is an image manifest of Flux's types over a layer of any bytes: what a
 // registry an attacker writes to could serve.
@@ -92,7 +65,7 @@ func TestHostileArtifacts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a real registry")
 	}
-	bin := applyBinary(t)
+	bin := binary(t)
 	addr := harness.Registry(t)
 	kustomization := tar.Header{Typeflag: tar.TypeReg, Name: "kustomization.yaml", Size: 20}
 	for i, c := range []struct {

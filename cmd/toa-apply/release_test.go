@@ -173,6 +173,7 @@ func TestRelease(t *testing.T) {
 	}
 	var result struct {
 		Rollout  struct{ Failure *rollout.Failure }
+		Revision revision.Revision // the failed apply's, marked so
 		Rollback struct {
 			To   int
 			Done bool
@@ -183,6 +184,9 @@ func TestRelease(t *testing.T) {
 	}
 	if f := result.Rollout.Failure; f == nil || len(f.Pods) != 1 || len(f.Pods[0].Events) == 0 || f.Pods[0].Containers[0].LastState == nil {
 		t.Errorf("-o json: the failure is not explained: %+v", result.Rollout.Failure)
+	}
+	if result.Revision.Number != 6 || result.Revision.Status != revision.Failed {
+		t.Errorf("-o json: the failed apply's revision %+v, want 6, failed", result.Revision)
 	}
 	if !result.Rollback.Done || result.Rollback.To != 5 {
 		t.Errorf("-o json: rollback %+v, want done to 5", result.Rollback)

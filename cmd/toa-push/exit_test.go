@@ -16,6 +16,7 @@ import (
 // plan against a registry (go-containerregistry's in-memory one), 1 a push whose base registry
 // refuses connections, 2 bad input found before any work, 3 a registry that never answers.
 func TestExitCodes(t *testing.T) {
+	harness.Program(t, "node", nodeInstall)
 	hangs := silentRegistry(t)
 	refuses := refusingAddr(t)
 	for _, c := range []struct {
@@ -68,6 +69,7 @@ func TestExitCodes(t *testing.T) {
 // kustomization written with the same tags); with an empty cache the plan is printed, nothing
 // is written, and the run fails (exit 1).
 func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
+	harness.Program(t, "node", nodeInstall)
 	addr, _, stop := harness.MemoryRegistryWithLog(t)
 	harness.PushRandomBase(t, addr+"/bases/node:test")
 	dir := copyApp(t, "pushed", addr)

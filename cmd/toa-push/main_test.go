@@ -10,9 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected outputs under testdata")
+
+// nodeInstall is what puts node on PATH, for the tests whose toa-push asks the extensions.
+const nodeInstall = "install Node.js 20 or later (testdata/setup.sh says which); toa-push runs it to read the extension packages"
 
 // binary is toa-push built once for the tests that run it as a user would.
 var binary string
@@ -64,6 +69,7 @@ func outcome(t *testing.T, cmd *exec.Cmd) (int, string, string) {
 // TestBrokenContexts runs toa-push --plan on every broken context of the corpus and checks the
 // exact message and the exit code a user gets.
 func TestBrokenContexts(t *testing.T) {
+	harness.Program(t, "node", nodeInstall)
 	root := filepath.Join("..", "..", "testdata", "broken")
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -115,6 +121,7 @@ func TestEnvironmentMistakenForAPath(t *testing.T) {
 // (its digests are not in the cache), is printed, and the run fails: the kustomization asked for
 // is not written.
 func TestPlanJSON(t *testing.T) {
+	harness.Program(t, "node", nodeInstall)
 	t.Setenv("TOA_CACHE", t.TempDir())
 	k := filepath.Join(t.TempDir(), "deployment")
 	code, stdout, stderr := run(t, filepath.Join("..", "..", "testdata", "apps", "declared"), "--plan", "-o", "json", "--resolve-timeout", "2s", "-k", k, "production")

@@ -66,7 +66,7 @@ func TestRealNode(t *testing.T) {
 	seen := watchPods(t, cs, namespace)
 
 	ok := t.Run("1 the apply returns when the pods are Ready by their probe", func(t *testing.T) {
-		code, out, took := applyTo(t, apply, overlay, namespace, "--timeout", "3m")
+		code, out, took := applyTo(t, apply, kubeconfig, overlay, namespace, "--timeout", "3m")
 		t.Logf("toa-apply: exit %d in %s", code, took.Round(time.Millisecond))
 		if code != 0 {
 			t.Fatalf("toa-apply exited %d:\n%s", code, out)
@@ -90,7 +90,7 @@ func TestRealNode(t *testing.T) {
 		if changed.Images[0].Digest == first.Images[0].Digest {
 			t.Fatalf("the code change built no new image: %+v", changed.Images[0])
 		}
-		code, out, took := applyTo(t, apply, overlay, namespace, "--timeout", "3m")
+		code, out, took := applyTo(t, apply, kubeconfig, overlay, namespace, "--timeout", "3m")
 		returned := time.Now()
 		t.Logf("toa-apply: exit %d in %s", code, took.Round(time.Millisecond))
 		if code != 0 {
@@ -138,7 +138,7 @@ func TestRealNode(t *testing.T) {
 			crashEnv[k] = v
 		}
 		crashing := harness.RealNodeOverlay(t, deployment, crashEnv)
-		code, out, took := applyTo(t, apply, crashing, namespace, "--timeout", "90s", "--rollback-on-failure")
+		code, out, took := applyTo(t, apply, kubeconfig, crashing, namespace, "--timeout", "90s", "--rollback-on-failure")
 		t.Logf("toa-apply --rollback-on-failure: exit %d in %s:\n%s", code, took.Round(time.Millisecond), out)
 		if code != 1 {
 			t.Errorf("exit %d, want 1 (the rollout failed)", code)
@@ -164,9 +164,9 @@ func TestRealNode(t *testing.T) {
 
 // applyTo runs toa-apply on a kustomization into the namespace, as a user would, and returns its
 // exit code, what it printed and how long it took.
-func applyTo(t *testing.T, apply, kustomization, namespace string, args ...string) (int, string, time.Duration) {
+func applyTo(t *testing.T, apply, kubeconfig, kustomization, namespace string, args ...string) (int, string, time.Duration) {
 	t.Helper()
-	cmd := exec.Command(apply, append([]string{kustomization, "-n", namespace}, args...)...)
+	cmd := exec.Command(apply, append([]string{kustomization, "--kubeconfig", kubeconfig, "-n", namespace}, args...)...)
 	cmd.Env = append(os.Environ(), "CI=true")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

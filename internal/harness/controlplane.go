@@ -30,9 +30,14 @@ import (
 // $TOA_TEST_KUBECONFIG if set, else the one up.sh writes,
 // $TOA_TEST_STATE/kubeconfig (by default
 // ~/.cache/toa-deploy/controlplane/run/kubeconfig). The API server must
-// answer; otherwise the test fails, saying how to start it.
+// answer; otherwise the test fails, saying how to start it. Under
+// `go test -short` (`make unit`, a machine with nothing installed) the test
+// is skipped.
 func Kubeconfig(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test needs the local control plane")
+	}
 	path, fromEnv := os.Getenv("TOA_TEST_KUBECONFIG"), true
 	if path == "" {
 		path, fromEnv = filepath.Join(stateDir(), "kubeconfig"), false

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 )
@@ -27,4 +28,20 @@ func Tool(t testing.TB, name string) string {
 		t.Fatalf("no %s at %s: run `bash testdata/tools/install.sh %s`, or `make test`, which runs it", name, path, name)
 	}
 	return path
+}
+
+// Program returns the path of a program on PATH that a test runs (node, diff). A missing one
+// skips the test under -short (`make unit` on a machine with nothing installed) and fails it
+// otherwise, saying what installs it.
+func Program(t testing.TB, name, install string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if testing.Short() {
+		t.Skipf("-short: this test needs %s, which is not on PATH", name)
+	}
+	t.Fatalf("no %s on PATH: %s", name, install)
+	return ""
 }

@@ -60,8 +60,14 @@ fi
 stop kubelet 15
 [[ $api ]] && k delete node "$node" --wait=false >/dev/null 2>&1 || true
 
-# 3. What is left of the containers, then containerd and its shims.
+# 3. What is left of the containers, then containerd and its shims. The
+# network namespaces of the sandboxes left are noted first, to delete after.
+netns=()
 if pid_of containerd >/dev/null; then
+	for c in $(ctr containers ls -q 2>/dev/null); do
+		while read -r path; do netns+=("$path"); done < <(ctr containers info "$c" 2>/dev/null |
+			sed -n 's#.*"path": "\(/var/run/netns/cni-[^"]*\|/run/netns/cni-[^"]*\)".*#\1#p')
+	done
 	for t in $(ctr tasks ls -q 2>/dev/null); do ctr tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
 	deadline=$((SECONDS + 10))
 	while ((SECONDS < deadline)) && ctr tasks ls 2>/dev/null | grep -q RUNNING; do sleep 0.2; done
@@ -77,13 +83,12 @@ for pid in $(pgrep -f -- "containerd-shim-runc-v2 .*-address $sock( |$)" || true
 	kill -KILL "$pid" 2>/dev/null || true
 done
 
-# 4. Mounts under the state (deepest first), the pods' network namespaces
-# (CRI names them cni-<uuid>; nothing else on a test host runs CRI) and
-# the bridge.
+# 4. Mounts under the state (deepest first), the network namespaces of the
+# sandboxes containerd still had, and the bridge.
 awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
 	umount -l "$m" 2>/dev/null || true
 done
-for ns in /run/netns/cni-*; do
+for ns in "${netns[@]}"; do
 	[[ -e $ns ]] || continue
 	ip netns delete "$(basename "$ns")" 2>/dev/null || { umount -l "$ns" 2>/dev/null; rm -f "$ns"; }
 done

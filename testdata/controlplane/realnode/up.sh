@@ -61,6 +61,7 @@ alive() {
 node_ready() {
 	[[ $(k get node "$node" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
+[[ ${TOA_REAL_NODE:-1} != 0 ]] || unavailable "TOA_REAL_NODE=0 (set when up.sh ran)"
 if alive containerd && alive kubelet && node_ready; then
 	rm -f "$unavailable"
 	exit 0
@@ -68,7 +69,6 @@ fi
 
 # --- can this host run one? -----------------------------------------------------
 
-[[ ${TOA_REAL_NODE:-1} != 0 ]] || unavailable "TOA_REAL_NODE=0 (set when up.sh ran)"
 [[ $(id -u) == 0 ]] || unavailable "a kubelet and containerd need root; up.sh ran as $(id -un)"
 for tool in containerd containerd-shim-runc-v2 ctr runc ip mountpoint; do
 	command -v "$tool" >/dev/null || unavailable "$tool is not installed (testdata/controlplane/realnode/install.sh installs Debian's containerd, runc, containernetworking-plugins)"
@@ -268,7 +268,12 @@ evictionHard:
 evictionPressureTransitionPeriod: 5s
 serializeImagePulls: false
 maxPods: 30
-resolvConf: /etc/resolv.conf
+# The pods' DNS is the bridge's address, where nothing answers: they look
+# nothing up outside, and the kubelet warns of no missing cluster DNS.
+clusterDNS:
+- $gateway
+clusterDomain: cluster.local
+resolvConf: ""
 podLogsDir: $dir/pod-logs
 rotateCertificates: false
 EOF
