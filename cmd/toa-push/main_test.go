@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ var update = flag.Bool("update", false, "rewrite the expected outputs under test
 var binary string
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests run commands inside the images' roots
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "toa-push-test")
 	if err != nil {
