@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
@@ -106,6 +109,19 @@ func TestBuildInBaseRefusals(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "cannot build for linux/arm64 inside its base on this runner: no emulator for arm64 is registered with binfmt_misc") ||
 			!strings.Contains(stderr, "sudo apt-get install -y qemu-user-static binfmt-support") {
 			t.Errorf("exit %d:\n%s", code, stderr)
+		}
+		reg, err := name.NewRegistry(addr, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos, err := remote.Catalog(t.Context(), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range repos {
+			if !strings.HasPrefix(r, "bases/") {
+				t.Errorf("the refused push wrote %s", r)
+			}
 		}
 	})
 	t.Run("user namespaces refused", func(t *testing.T) {
