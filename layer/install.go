@@ -104,6 +104,11 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 			return nil, j.native(natives)
 		}
 	}
+	if !inBase && in.skipScripts() {
+		if err := o.warnScriptsSkipped(in, j.what, j.modules(staging), j.installDir == nil); err != nil {
+			return nil, err
+		}
+	}
 	l, err := o.writeLayer(func(w *tarWriter) error { return j.fill(staging, w) })
 	if err != nil {
 		return nil, fmt.Errorf("write the layer of %s for %s: %w", j.what, in.platform, err)

@@ -32,9 +32,15 @@ func Init() {
 	os.Exit(s.run())
 }
 
+// initFailed is the exit code of an init that could not set the sandbox up; its last line of
+// stderr, after initPrefix, says why.
+const initFailed = 125
+
+const initPrefix = "toa-push sandbox: "
+
 func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "toa-push sandbox: "+format+"\n", args...)
-	os.Exit(125)
+	fmt.Fprintf(os.Stderr, initPrefix+format+"\n", args...)
+	os.Exit(initFailed)
 }
 
 // enter lays the overlay over the base's root, binds in what the command needs and pivots into it.
