@@ -18,8 +18,8 @@ import (
 // never returns then; otherwise it returns at once. Call it first in main and in TestMain.
 func Init() {
 	data, ok := os.LookupEnv(initEnv)
-	if !ok {
-		return
+	if !ok || len(os.Args) == 0 || os.Args[0] != initName {
+		return // both marks: a variable left in a user's environment does not make an init
 	}
 	var s spec
 	if err := json.Unmarshal([]byte(data), &s); err != nil {

@@ -30,6 +30,9 @@ import (
 // initEnv marks the re-executed process; its value is the JSON of the spec.
 const initEnv = "TOA_SANDBOX_INIT"
 
+// initName is the re-executed process's argv[0], its other mark.
+const initName = "toa-sandbox-init"
+
 // BinfmtEnv names a binfmt_misc folder to look in instead of /proc/sys/fs/binfmt_misc (tests
 // point it at an empty folder).
 const BinfmtEnv = "TOA_BINFMT_MISC"
@@ -117,7 +120,7 @@ func Run(ctx context.Context, c Command) error {
 		return fmt.Errorf("find toa-push's own program to run in the sandbox: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, self)
-	cmd.Args = []string{"toa-sandbox-init"}
+	cmd.Args = []string{initName}
 	cmd.Env = []string{initEnv + "=" + string(data)}
 	var tail bytes.Buffer
 	cmd.Stdout, cmd.Stderr = orTail(c.Stdout, &tail), orTail(c.Stderr, &tail)
