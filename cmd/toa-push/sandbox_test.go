@@ -28,8 +28,9 @@ func TestBuildInBase(t *testing.T) {
 	// TOA_SIGN_KEY would make toa-push sign; the layer package's test covers it
 	t.Setenv("COSIGN_PASSWORD", "secret-password")
 	t.Setenv("KUBECONFIG", "/secret/kubeconfig")
+	cache := t.TempDir()
 	start := time.Now()
-	run := pushUnread(t, dir, t.TempDir())
+	run := pushUnread(t, dir, cache)
 	t.Logf("first push in %s", time.Since(start))
 	var ref string
 	for _, img := range run.out.Images {
@@ -93,7 +94,22 @@ func TestBuildInBase(t *testing.T) {
 	start = time.Now()
 	again := pushUnread(t, dir, t.TempDir())
 	t.Logf("a push with no change, another cache: %s", time.Since(start))
-	_ = again
+	for _, img := range again.out.Images {
+		if img.Built || img.DepsBuilt {
+			t.Errorf("a push with no change built %s", img.Name)
+		}
+	}
+	// a code change: nothing runs in a base, the dependencies image is the registry's
+	code := filepath.Join(dir, "components", "native.addon", "load.js")
+	os.WriteFile(code, []byte("'use strict'\n\nexports.load = async () => 'changed'\n"), 0o644)
+	start = time.Now()
+	changed := pushUnread(t, dir, cache)
+	t.Logf("a push after a code change: %s", time.Since(start))
+	for _, img := range changed.out.Images {
+		if img.DepsBuilt {
+			t.Errorf("a code change rebuilt the dependencies of %s", img.Name)
+		}
+	}
 }
 
 // TestBuildInBaseRefusals: what the runner lacks fails before anything is pushed, with the
