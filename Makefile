@@ -31,6 +31,7 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	bash testdata/tools/staticcheck.sh ./...
 
 # the real parts the tests talk to: a registry, npm's packages, a control plane
 setup:

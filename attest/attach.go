@@ -88,7 +88,11 @@ func (a *attaching) run(ctx context.Context) error {
 		}
 		for i, p := range a.built.Platforms {
 			desc := idx.Manifests[i]
-			sbom, err := a.sbom(ctx, p, desc.Digest.String())
+			shared, err := a.sharedSBOM(ctx, p, &signed)
+			if err != nil {
+				return fmt.Errorf("the SBOM of the dependencies for %s: %w", p.Platform, err)
+			}
+			sbom, err := a.sbom(ctx, p, desc.Digest.String(), shared)
 			if err != nil {
 				return fmt.Errorf("the SBOM for %s: %w", p.Platform, err)
 			}
@@ -191,11 +195,74 @@ func (a *attaching) add(s image.Sent) {
 	a.sent.Requests += s.Requests
 }
 
-// sbom is the SBOM of one platform's image.
-func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest string) ([]byte, error) {
-	img := Image{Repository: a.built.Image.Repository, Tag: a.built.Image.Tag, Digest: digest, Platform: p.Platform,
+// sbom is the SBOM of one platform's image; with shared, the packages are in that SBOM, and
+// this one refers to it.
+func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest string, shared *SharedSBOM) ([]byte, error) {
+	img, err := a.described(ctx, p.Image, a.built.Image.Tag, digest, p)
+	if err != nil {
+		return nil, err
+	}
+	img.Shared = shared
+	return img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
+}
+
+// sharedSBOM makes the SBOM of the platform's dependencies image, which lists every package
+// the image's components have, attaches it to that image unless it is there already (it is
+// the same bytes for the same dependencies image: a code change sends none of it), and returns
+// how the image's SBOM refers to it; nil for an image without a dependencies image. Digests
+// it attached are added to signed.
+func (a *attaching) sharedSBOM(ctx context.Context, p image.BuiltPlatform, signed *[]string) (*SharedSBOM, error) {
+	if p.Dependencies == nil {
+		return nil, nil
+	}
+	subject, err := imageDescriptor(p.Dependencies)
+	if err != nil {
+		return nil, err
+	}
+	img, err := a.described(ctx, p.Dependencies, a.built.Image.DepsTag, subject.Digest.String(), p)
+	if err != nil {
+		return nil, err
+	}
+	for i := range img.Components {
+		// a component's version is its code's, which the dependencies image does not hold: the
+		// same dependencies image, the same SBOM, whatever the code
+		img.Components[i].Version = ""
+	}
+	doc, err := img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
+	if err != nil {
+		return nil, err
+	}
+	mt := a.o.Format.MediaType()
+	ann := map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
+	art, err := Artifact(doc, mt, mt, a.o.Format.File(), subject, ann)
+	if err != nil {
+		return nil, err
+	}
+	d, err := art.Digest()
+	if err != nil {
+		return nil, err
+	}
+	existing, err := a.dest.Manifest(ctx, a.built.Image.Repository+"@"+d.String())
+	if err != nil {
+		return nil, err
+	}
+	if existing == nil {
+		if _, err := a.refer(ctx, doc, mt, a.o.Format.File(), subject, nil); err != nil {
+			return nil, err
+		}
+		a.attached = append(a.attached, image.Attachment{Kind: "dependencies sbom", Platform: p.Platform, Subject: subject.Digest.String(),
+			Digest: d.String(), MediaType: mt})
+		*signed = append(*signed, subject.Digest.String(), d.String())
+	}
+	return SharedOf(img, doc), nil
+}
+
+// described is what an SBOM says of one platform's image of the repository (built on the
+// platform's base): its components and what npm installed for them in its layers.
+func (a *attaching) described(ctx context.Context, of v1.Image, tag, digest string, p image.BuiltPlatform) (*Image, error) {
+	img := &Image{Repository: a.built.Image.Repository, Tag: tag, Digest: digest, Platform: p.Platform,
 		Base: Base{Reference: a.built.BaseReference(), Digest: p.BaseDigest}}
-	installs, err := a.installsOf(ctx, p.Image)
+	installs, err := a.installsOf(ctx, of)
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +281,24 @@ func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest stri
 		}
 		img.Components = append(img.Components, comp)
 	}
-	return img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
+	return img, nil
+}
+
+// imageDescriptor describes one platform's image as a subject.
+func imageDescriptor(img v1.Image) (v1.Descriptor, error) {
+	mt, err := img.MediaType()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	size, err := img.Size()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	return v1.Descriptor{MediaType: mt, Digest: d, Size: size}, nil
 }
 
 // components are the image's components; a service's image has the extension's package.
@@ -284,6 +368,9 @@ func (a *attaching) installsOf(ctx context.Context, img v1.Image) ([]*Install, e
 	for i, l := range layers {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if image.IsDependencyPart(what[i]) {
+			continue // its packages are in the hidden lockfile of the component's first layer
 		}
 		d, err := l.Digest()
 		if err != nil {
@@ -384,6 +471,21 @@ func (a *attaching) build(ctx context.Context, indexDigest string, idx *v1.Index
 		layers, what, err := toaLayers(p.Image)
 		if err != nil {
 			return nil, err
+		}
+		if p.Dependencies != nil {
+			// the dependencies image by its digest: it pins its own layers, however many
+			d, err := p.Dependencies.Digest()
+			if err != nil {
+				return nil, err
+			}
+			own, _, err := toaLayers(p.Dependencies)
+			if err != nil {
+				return nil, err
+			}
+			if len(own) <= len(layers) {
+				pb.Dependencies = d.String()
+				layers, what = layers[len(own):], what[len(own):]
+			}
 		}
 		for j, l := range layers {
 			d, err := l.Digest()

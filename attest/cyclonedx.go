@@ -15,6 +15,7 @@ type cdxBOM struct {
 	SerialNumber string          `json:"serialNumber"`
 	Version      int             `json:"version"`
 	Metadata     cdxMetadata     `json:"metadata"`
+	ExternalRefs []cdxExternal   `json:"externalReferences,omitempty"`
 	Components   []cdxComponent  `json:"components"`
 	Dependencies []cdxDependency `json:"dependencies"`
 }
@@ -53,8 +54,10 @@ type cdxLicense struct {
 }
 
 type cdxExternal struct {
-	Type string `json:"type"`
-	URL  string `json:"url"`
+	Type    string    `json:"type"`
+	URL     string    `json:"url"`
+	Comment string    `json:"comment,omitempty"`
+	Hashes  []cdxHash `json:"hashes,omitempty"`
 }
 
 type cdxProperty struct {
@@ -80,7 +83,7 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 	bom := cdxBOM{
 		BOMFormat:    "CycloneDX",
 		SpecVersion:  "1.6",
-		SerialNumber: "urn:uuid:" + deterministicUUID(img.Repository+"@"+img.Digest),
+		SerialNumber: img.cdxSerial(),
 		Version:      1,
 		Metadata: cdxMetadata{
 			Timestamp: created.UTC().Format(time.RFC3339),
@@ -107,6 +110,14 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		deps["image"] = append(deps["image"], "base")
 	}
 	ref := func(owner, path string) string { return "npm:" + ownerName(owner) + ":" + path }
+	if img.Shared != nil {
+		// a BOM-Link (CycloneDX 1.6 §BOM-Link): urn:cdx:<serial>/<version>, #<bom-ref> for one
+		// of its components
+		link := "urn:cdx:" + strings.TrimPrefix(img.Shared.Serial, "urn:uuid:") + "/1"
+		bom.ExternalRefs = []cdxExternal{{Type: "bom", URL: link, Comment: "the SBOM of the dependencies image: every npm package",
+			Hashes: []cdxHash{{"SHA-256", img.Shared.SHA256}}}}
+		ref = func(owner, path string) string { return link + "#npm:" + ownerName(owner) + ":" + path }
+	}
 	for _, c := range img.Components {
 		r := "component:" + c.Label
 		comp := cdxComponent{Type: "application", BOMRef: r, Name: c.ID, Version: c.Version,
@@ -122,6 +133,9 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		}
 	}
 	for _, in := range img.installs() {
+		if img.Shared != nil {
+			break // listed in the shared BOM, with what they depend on
+		}
 		for _, p := range in.Install.Packages {
 			r := ref(in.Owner, p.Path)
 			bom.Components = append(bom.Components, cdxNPM(r, p, in))

@@ -25,7 +25,10 @@ type PlatformBuild struct {
 	Platform string
 	Digest   string // its manifest's digest
 	Base     Base
-	Layers   []Layer // the layers toa-push made, in order
+	// Dependencies is the dependencies image the image is built on, by its manifest's digest
+	// ("" for none): it pins every layer of it, which Layers then leaves out.
+	Dependencies string
+	Layers       []Layer // the layers toa-push made, in order (over Dependencies, when given)
 }
 
 // Layer is one layer toa-push laid over the base.
@@ -117,6 +120,9 @@ func (b *Build) Provenance(builder Builder) ([]byte, error) {
 		if p.Base.Digest != "" {
 			deps = append(deps, resourceDescriptor{URI: baseURI(p.Base), Digest: hexDigest(p.Base.Digest),
 				Name: "base " + p.Platform, Annotations: map[string]string{"reference": p.Base.Reference}})
+		}
+		if p.Dependencies != "" {
+			deps = append(deps, resourceDescriptor{Digest: hexDigest(p.Dependencies), Name: "dependencies image " + p.Platform})
 		}
 		for _, l := range p.Layers {
 			deps = append(deps, resourceDescriptor{Digest: hexDigest(l.Digest), Name: "layer " + p.Platform + ": " + l.What})

@@ -5,7 +5,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"os"
@@ -25,6 +28,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -103,7 +107,7 @@ func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, at
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := image.NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,8 +302,10 @@ func TestAttachedToARegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	im, _ := idx.IndexManifest()
-	if len(im.Manifests) != 2 || len(attached["sbom"]) != 2 || len(attached["provenance"]) != 1 || len(attached["signature"]) != 6 {
-		t.Fatalf("attached %+v: want an SBOM per platform, provenance, six signatures", img.Attachments)
+	// the dependencies images' SBOMs, and their signatures and those of the images they describe
+	if len(im.Manifests) != 2 || len(attached["sbom"]) != 2 || len(attached["dependencies sbom"]) != 2 || len(attached["provenance"]) != 1 ||
+		len(attached["signature"]) != 10 {
+		t.Fatalf("attached %+v: want an SBOM per platform and per dependencies image, provenance, ten signatures", img.Attachments)
 	}
 	locked := lockfileVersions(t)
 
@@ -325,11 +331,15 @@ func TestAttachedToARegistry(t *testing.T) {
 			platform := image.Platform(m.Platform)
 			sbom := attached["sbom"][m.Digest.String()]
 			doc := pullDocument(t, oras, img.Repository+"@"+sbom.Digest, "sbom.spdx.json", "--plain-http")
-			pkgs := spdxPackages(t, doc)
+			pkgs := followSPDX(t, oras, img.Repository, doc)
 			esbuild := "@esbuild/linux-" + map[string]string{"linux/amd64": "x64", "linux/arm64": "arm64"}[platform]
-			for _, name := range []string{"ms", "debug", "esbuild", esbuild} {
-				if pkgs[name] == "" || pkgs[name] != locked[name] {
-					t.Errorf("%s: %s is at %q, the lockfile pins %q", platform, name, pkgs[name], locked[name])
+			// every package the lockfile pins for production on this platform, at its version
+			for name, version := range locked {
+				if name == "" || name == "is-number" || strings.HasPrefix(name, "@esbuild/") && name != esbuild {
+					continue // the component itself; a dev dependency; another platform's binary
+				}
+				if pkgs[name] != version {
+					t.Errorf("%s: %s is at %q, the lockfile pins %q", platform, name, pkgs[name], version)
 				}
 			}
 			for name := range pkgs {
@@ -436,7 +446,11 @@ func TestNoChangeAddsNothingAChangeAttachesAgain(t *testing.T) {
 		t.Fatalf("built %v, dependencies built %v: want the sources over the registry's dependencies image", img.Built, img.DepsBuilt)
 	}
 	locked := lockfileVersions(t)
+	oras := harness.Tool(t, "oras")
 	for _, a := range img.Attachments {
+		if a.Kind == "dependencies sbom" {
+			t.Errorf("a code change attached the dependencies' SBOM again: %+v", a)
+		}
 		if a.Kind != "sbom" {
 			continue
 		}
@@ -448,7 +462,10 @@ func TestNoChangeAddsNothingAChangeAttachesAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pkgs := spdxPackages(t, doc); pkgs["ms"] != locked["ms"] || pkgs["debug"] != locked["debug"] {
+		if len(doc) > 16<<10 {
+			t.Errorf("%s: the SBOM of a code change is %d bytes: it grows with the dependencies", a.Platform, len(doc))
+		}
+		if pkgs := followSPDX(t, oras, img.Repository, doc); pkgs["ms"] != locked["ms"] || pkgs["debug"] != locked["debug"] {
 			t.Errorf("%s: the SBOM over the registry's dependencies lists ms %q, debug %q", a.Platform, pkgs["ms"], pkgs["debug"])
 		}
 	}
@@ -492,8 +509,17 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		if err := attest.ValidateCycloneDX(t, doc); err != nil {
 			t.Errorf("the CycloneDX SBOM of %s does not validate against CycloneDX 1.6's schema: %v", m.Digest, err)
 		}
-		if !bytes.Contains(doc, []byte(`"specVersion": "1.6"`)) || !bytes.Contains(doc, []byte(`"purl": "pkg:npm/ms@2.1.3"`)) {
-			t.Errorf("the CycloneDX SBOM of %s lacks ms:\n%s", m.Digest, doc)
+		// its packages are in the dependencies image's BOM, which its BOM-Link names
+		var shared image.Attachment
+		for _, a := range img.Attachments {
+			if a.Kind == "dependencies sbom" && a.Platform == sbom.Platform {
+				shared = a
+			}
+		}
+		deps := pullDocument(t, oras, dir+"@"+shared.Digest, "sbom.cdx.json", "--oci-layout")
+		followCycloneDX(t, doc, deps)
+		if !bytes.Contains(doc, []byte(`"specVersion": "1.6"`)) || !bytes.Contains(deps, []byte(`"purl": "pkg:npm/ms@2.1.3"`)) {
+			t.Errorf("the CycloneDX SBOMs of %s lack ms:\n%s\n%s", m.Digest, doc, deps)
 		}
 	}
 	if _, err := remote.Head(mustRef(t, img.Repository+":"+img.Tag), remote.WithContext(t.Context())); err == nil {
@@ -510,7 +536,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reg, err := image.NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,4 +570,79 @@ func mustRef(t *testing.T, s string) name.Reference {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// followSPDX follows an image's SPDX SBOM to the dependencies' SBOM it refers to, as a user
+// would with oras: the external document's namespace names the dependencies image by digest,
+// whose referrer is that SBOM, and its SHA-1 is the one the reference gives. Both documents
+// must validate; it returns the packages of both, by name.
+func followSPDX(t *testing.T, oras, repository string, doc []byte) map[string]string {
+	t.Helper()
+	pkgs := spdxPackages(t, doc)
+	var d struct {
+		ExternalDocumentRefs []struct {
+			ID       string `json:"externalDocumentId"`
+			Document string `json:"spdxDocument"`
+			Checksum struct{ Algorithm, ChecksumValue string }
+		} `json:"externalDocumentRefs"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.ExternalDocumentRefs) != 1 || d.ExternalDocumentRefs[0].Checksum.Algorithm != "SHA1" {
+		t.Fatalf("the SBOM refers to %+v, not to one dependencies' SBOM with its SHA-1", d.ExternalDocumentRefs)
+	}
+	ref := d.ExternalDocumentRefs[0]
+	i := strings.LastIndex(ref.Document, "/sha256-")
+	if i < 0 || !strings.HasSuffix(ref.Document[:i], repository) {
+		t.Fatalf("the dependencies' SBOM %s names no image of %s", ref.Document, repository)
+	}
+	deps := repository + "@sha256:" + ref.Document[i+len("/sha256-"):]
+	found := discover(t, oras, "--plain-http", deps)
+	if len(found.Referrers) != 1 || found.Referrers[0].ArtifactType != attest.MediaTypeSPDX {
+		t.Fatalf("the referrers of the dependencies image %s: %+v, want its SBOM", deps, found.Referrers)
+	}
+	shared := pullDocument(t, oras, repository+"@"+found.Referrers[0].Digest, "sbom.spdx.json", "--plain-http")
+	if sum := sha1.Sum(shared); hex.EncodeToString(sum[:]) != ref.Checksum.ChecksumValue {
+		t.Errorf("the dependencies' SBOM has SHA-1 %x, the reference says %s", sum, ref.Checksum.ChecksumValue)
+	}
+	var s struct {
+		DocumentNamespace string `json:"documentNamespace"`
+	}
+	json.Unmarshal(shared, &s)
+	if s.DocumentNamespace != ref.Document {
+		t.Errorf("the dependencies' SBOM is %s, the reference names %s", s.DocumentNamespace, ref.Document)
+	}
+	for name, version := range spdxPackages(t, shared) {
+		if _, ok := pkgs[name]; !ok {
+			pkgs[name] = version
+		}
+	}
+	return pkgs
+}
+
+// followCycloneDX checks that a BOM's BOM-Link names the dependencies' BOM, with its SHA-256,
+// and that this one validates.
+func followCycloneDX(t *testing.T, doc, deps []byte) {
+	t.Helper()
+	if err := attest.ValidateCycloneDX(t, deps); err != nil {
+		t.Errorf("the dependencies' BOM does not validate against CycloneDX 1.6's schema: %v", err)
+	}
+	var b struct {
+		ExternalReferences []struct {
+			Type, URL string
+			Hashes    []struct{ Alg, Content string }
+		} `json:"externalReferences"`
+	}
+	var shared struct {
+		SerialNumber string `json:"serialNumber"`
+	}
+	json.Unmarshal(doc, &b)
+	json.Unmarshal(deps, &shared)
+	sum := sha256.Sum256(deps)
+	link := "urn:cdx:" + strings.TrimPrefix(shared.SerialNumber, "urn:uuid:") + "/1"
+	if len(b.ExternalReferences) != 1 || b.ExternalReferences[0].Type != "bom" || b.ExternalReferences[0].URL != link ||
+		len(b.ExternalReferences[0].Hashes) != 1 || b.ExternalReferences[0].Hashes[0].Content != hex.EncodeToString(sum[:]) {
+		t.Errorf("the BOM refers to %+v, not to %s with SHA-256 %x", b.ExternalReferences, link, sum)
+	}
 }

@@ -1,6 +1,7 @@
 package attest
 
 import (
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -21,6 +22,41 @@ type Image struct {
 	Components []Component
 	// Global is what `npm i -g` lines of registry.build.run installed, or nil.
 	Global *Install
+	// Shared, when set, is the SBOM of the dependencies image the image is built on: the
+	// packages are listed there, and this one refers to it for them.
+	Shared *SharedSBOM
+}
+
+// SharedSBOM is the SBOM of a dependencies image, as the SBOMs of the images built on it refer
+// to it: SPDX's externalDocumentRefs (its namespace and SHA-1) and CycloneDX's BOM-Link (its
+// serial number and version) with the document's SHA-256.
+type SharedSBOM struct {
+	Namespace string // SPDX: its documentNamespace
+	Serial    string // CycloneDX: its serialNumber, "urn:uuid:..."
+	SHA1      string // of the document's bytes, hex
+	SHA256    string
+}
+
+// sharedRefID is the SPDX document reference of the dependencies' SBOM.
+const sharedRefID = "DocumentRef-dependencies"
+
+// SharedOf describes doc, the dependencies' SBOM of img (made by img.SBOM), for the images that
+// refer to it.
+func SharedOf(img *Image, doc []byte) *SharedSBOM {
+	s1, s256 := sha1.Sum(doc), sha256.Sum256(doc)
+	return &SharedSBOM{Namespace: img.spdxNamespace(), Serial: img.cdxSerial(), SHA1: hex.EncodeToString(s1[:]),
+		SHA256: hex.EncodeToString(s256[:])}
+}
+
+// spdxNamespace is the SPDX document's namespace: unique per image, its digest names it (SPDX
+// 2.3 §6.5).
+func (img *Image) spdxNamespace() string {
+	return "https://spdx.org/spdxdocs/toa-push/" + img.Repository + "/" + strings.Replace(img.Digest, ":", "-", 1)
+}
+
+// cdxSerial is the CycloneDX BOM's serial number: the same image, the same serial.
+func (img *Image) cdxSerial() string {
+	return "urn:uuid:" + deterministicUUID(img.Repository+"@"+img.Digest)
 }
 
 // Base is the image an image is built on.

@@ -17,8 +17,16 @@ type spdxDocument struct {
 	Name              string             `json:"name"`
 	DocumentNamespace string             `json:"documentNamespace"`
 	CreationInfo      spdxCreationInfo   `json:"creationInfo"`
+	ExternalRefs      []spdxDocumentRef  `json:"externalDocumentRefs,omitempty"`
 	Packages          []spdxPackage      `json:"packages"`
 	Relationships     []spdxRelationship `json:"relationships"`
+}
+
+// spdxDocumentRef is another SPDX document this one refers to (SPDX 2.3 §6.6).
+type spdxDocumentRef struct {
+	ID       string       `json:"externalDocumentId"`
+	Document string       `json:"spdxDocument"`
+	Checksum spdxChecksum `json:"checksum"`
 }
 
 type spdxCreationInfo struct {
@@ -85,12 +93,11 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 	}
 	imageID := spdxID("Image")
 	doc := spdxDocument{
-		SPDXVersion: "SPDX-2.3",
-		DataLicense: "CC0-1.0",
-		SPDXID:      "SPDXRef-DOCUMENT",
-		Name:        img.Repository + ":" + img.Tag + " " + img.Platform,
-		// unique per image: its digest names it (SPDX 2.3 §6.5)
-		DocumentNamespace: "https://spdx.org/spdxdocs/toa-push/" + img.Repository + "/" + strings.Replace(img.Digest, ":", "-", 1),
+		SPDXVersion:       "SPDX-2.3",
+		DataLicense:       "CC0-1.0",
+		SPDXID:            "SPDXRef-DOCUMENT",
+		Name:              img.Repository + ":" + img.Tag + " " + img.Platform,
+		DocumentNamespace: img.spdxNamespace(),
 		CreationInfo: spdxCreationInfo{
 			Created:  created.UTC().Format(time.RFC3339),
 			Creators: []string{"Tool: " + b.Name + "-" + b.Version},
@@ -121,6 +128,15 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		})
 		rel(imageID, "DESCENDANT_OF", baseID)
 	}
+	// the packages' ids, in this document or, with a shared SBOM, in that one
+	external := ""
+	if img.Shared != nil {
+		external = sharedRefID + ":"
+		doc.ExternalRefs = []spdxDocumentRef{{ID: sharedRefID, Document: img.Shared.Namespace,
+			Checksum: spdxChecksum{Algorithm: "SHA1", ChecksumValue: img.Shared.SHA1}}}
+		// the dependencies image, whose SBOM lists every package it holds
+		rel(imageID, "DESCENDANT_OF", external+imageID)
+	}
 	ids := map[string]string{} // owner + "\x00" + path → SPDX id
 	taken := map[string]bool{}
 	for _, in := range img.installs() {
@@ -131,7 +147,7 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 				id = spdxID("Package", ownerName(in.Owner), p.Path, fmt.Sprint(n))
 			}
 			taken[id] = true
-			ids[in.Owner+"\x00"+p.Path] = id
+			ids[in.Owner+"\x00"+p.Path] = external + id
 		}
 	}
 	for _, c := range img.Components {
@@ -152,6 +168,9 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		}
 	}
 	for _, in := range img.installs() {
+		if img.Shared != nil {
+			break // listed in the shared SBOM, with what they depend on
+		}
 		for _, p := range in.Install.Packages {
 			id := ids[in.Owner+"\x00"+p.Path]
 			doc.Packages = append(doc.Packages, spdxNPM(id, p, in))

@@ -37,7 +37,6 @@ type bench struct {
 	debianPlatforms          []string
 	npmCache, libcCache      string // warm caches shared by every toa-push run
 	peerArm64                bool   // buildah can RUN for linux/arm64 (qemu-user-static, binfmt_misc)
-	notes                    []string
 }
 
 func newBench(ctx context.Context) (*bench, error) {

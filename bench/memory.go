@@ -180,11 +180,11 @@ func (b *bench) memory() error {
 	os.Symlink(b.npmCache, filepath.Join(cache, "npm"))
 	os.Symlink(b.libcCache, filepath.Join(cache, "libc"))
 	type row struct {
-		what                string
-		wall                time.Duration
-		timeRSS, ownRSS     int64
-		sent                int64
-		requests, mediaRuns int
+		what            string
+		wall            time.Duration
+		timeRSS, ownRSS int64
+		sent            int64
+		requests        int
 	}
 	var rows []row
 	// one install (npm copies the 1 GiB, minutes) and one push of the cached layer: the peak
@@ -219,10 +219,8 @@ func (b *bench) memory() error {
 		"(the largest of toa-push and the children it waited for, npm among them) and toa-push's own (VmHWM from /proc, sampled every 20 ms).\n\n")
 	fmt.Println("| run | time | max RSS (time -v) | toa-push's own peak | sent | requests |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|")
-	var own series
 	for _, r := range rows {
 		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", r.what, secs(r.wall.Seconds()), size(float64(r.timeRSS)), size(float64(r.ownRSS)), size(float64(r.sent)), r.requests)
-		own = append(own, sample{sent: r.ownRSS})
 	}
 	maxOwn, maxTime := int64(0), int64(0)
 	for _, r := range rows {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // The cache of answers (WithCache): a run that asks what an earlier run asked, of the same
@@ -48,19 +50,15 @@ func (a *answers) file(first []byte) string {
 	program := sha256.Sum256([]byte(program))
 	fmt.Fprintf(h, "%d\x00%x\x00%s\x00", cacheVersion, program, a.node)
 	h.Write(first)
-	return filepath.Join(a.dir, "extensions", hex.EncodeToString(h.Sum(nil))+".json")
+	return fsys.Extensions.Path(a.dir, hex.EncodeToString(h.Sum(nil))+".json")
 }
 
 // lookup returns the conversation an earlier run began with first (masked), if every input it
 // read is as it was.
 func (a *answers) lookup(first []byte) []exchanged {
 	path := a.file(first)
-	info, err := os.Stat(path)
-	if err != nil || info.Size() > maxAnswer {
-		return nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	data, ok := fsys.Extensions.Read(path) // at most maxAnswer; a pipe or a device is no entry
+	if !ok {
 		return nil
 	}
 	var e cacheEntry
@@ -98,22 +96,7 @@ func (a *answers) store(conv []exchanged, dirs []string) error {
 		return err
 	}
 	path := a.file(conv[0].Masked)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".entry-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return fsys.WriteFile(path, data, 0o644)
 }
 
 // fingerprintOf sums a package folder, or a file; a path that does not exist sums as "absent",

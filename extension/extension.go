@@ -520,16 +520,16 @@ func chartRef(c Chart) string {
 	return c.Name + " --repo " + c.Repository
 }
 
-// Predefined are the extensions Toa's norm adds to every component, before the ones its manifest
+// predefined are the extensions Toa's norm adds to every component, before the ones its manifest
 // names (runtime/norm/src/.component/extensions.js: Object.assign({}, PREDEFINED, ...)). Later
 // versions add fetch, which declares nothing for a deployment, and introspection, which Toa 289
 // did not have: neither is asked for here.
-var Predefined = []string{"@toa.io/extensions.telemetry"}
+var predefined = []string{"@toa.io/extensions.telemetry"}
 
 // extensionsOf are the extensions a component uses, in the order Toa's norm leaves them: the
 // predefined ones, then the ones its manifest names.
 func extensionsOf(c *toa.Component) []string {
-	out := slices.Clone(Predefined)
+	out := slices.Clone(predefined)
 	for _, e := range c.Extensions {
 		if !slices.Contains(out, e.Package) {
 			out = append(out, e.Package)

@@ -159,14 +159,29 @@ const (
 	ClassTimeout              // time ran out
 )
 
+// Classed is an error that says its own class: a registry's (registry.Error), whose kind decides
+// it.
+type Classed interface {
+	error
+	Class() Class
+}
+
 // ClassOf sorts err: bad input first (a deadline hit while reading a user's file is still the
-// file's fault only if the reader said so), then a timeout, else a failure. nil is ClassFailed;
-// callers check for nil first.
+// file's fault only if the reader said so), then a Timeout, then what an error that says its class
+// says, then a deadline, else a failure. nil is ClassFailed; callers check for nil first.
 func ClassOf(err error) Class {
-	var input *Input
+	var (
+		input   *Input
+		timeout *Timeout
+		classed Classed
+	)
 	switch {
 	case errors.As(err, &input):
 		return ClassInput
+	case errors.As(err, &timeout):
+		return ClassTimeout
+	case errors.As(err, &classed):
+		return classed.Class()
 	case errors.Is(err, context.DeadlineExceeded):
 		return ClassTimeout
 	}

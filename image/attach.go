@@ -10,7 +10,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // Built is an image Push has just built, before its tag is written: what an Attacher describes.
@@ -20,11 +21,23 @@ type Built struct {
 	Platforms []BuiltPlatform // in the index's order
 }
 
+// DepsReference is the image's dependencies image by tag (Image.DepsReference), or "" for an
+// image built without one (an extension service's).
+func (b *Built) DepsReference() string {
+	if len(b.Platforms) == 0 || b.Platforms[0].Dependencies == nil {
+		return ""
+	}
+	return b.Image.DepsReference()
+}
+
 // BuiltPlatform is one platform's image of a Built.
 type BuiltPlatform struct {
 	Platform   string // "linux/arm64"
 	Image      v1.Image
 	BaseDigest string // the base's manifest for the platform
+	// Dependencies is the platform's dependencies image the image is built on (its layers are
+	// the image's first), or nil when it has none of its own.
+	Dependencies v1.Image
 }
 
 // BaseReference is the base as the context names it.
@@ -47,7 +60,7 @@ type Attachment struct {
 type Attacher func(ctx context.Context, dest Destination, b *Built) ([]Attachment, Sent, error)
 
 // attach calls the Attacher of the options, if any, on an index just built.
-func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, images []v1.Image, targets []Target, pushed *Pushed, sent *Sent) error {
+func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, images, deps []v1.Image, targets []Target, pushed *Pushed, sent *Sent) error {
 	if b.opts.Attach == nil {
 		return nil
 	}
@@ -58,6 +71,9 @@ func (b *builder) attach(ctx context.Context, img *Image, idx v1.ImageIndex, ima
 		bp := BuiltPlatform{Platform: p, Image: im}
 		if img.base != nil {
 			bp.BaseDigest = img.base.Platforms[p]
+		}
+		if i < len(deps) {
+			bp.Dependencies = deps[i]
 		}
 		built.Platforms = append(built.Platforms, bp)
 	}
@@ -80,13 +96,10 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 		return Sent{}, err
 	}
 	counted := d.reg.Counted()
-	opts, c, err := counted.options(ctx, r)
-	if err == nil {
-		err = c.explain(remote.Write(r, img, opts...))
-	}
+	err = counted.WriteImage(ctx, r, img)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err}
+		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }
@@ -97,12 +110,12 @@ func (d *RegistryDestination) Manifest(ctx context.Context, ref string) (v1.Imag
 	if err != nil {
 		return nil, err
 	}
-	img, err := d.reg.image(ctx, r)
+	img, err := d.reg.Image(ctx, r)
 	if notFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &RegistryError{What: ref, Err: err, Need: "to read what is attached to an image"}
+		return nil, registry.Wrap(ref, "to read what is attached to an image", err)
 	}
 	return img, nil
 }

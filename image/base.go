@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -18,7 +19,7 @@ import (
 type Base struct {
 	Ref       string            // as the context names it
 	Source    string            // where it is read: Ref, or the mirror's reference
-	Mirror    *Mirror           // the mirror it is read through, or nil
+	Mirror    *registry.Mirror  // the mirror it is read through, or nil
 	Digest    string            // of the index, or of the single manifest
 	Platforms map[string]string // "linux/amd64" → manifest digest
 	// Docker is true when the base is in Docker's v2 format (a manifest list, or manifests of
@@ -135,7 +136,7 @@ func Platform(p *v1.Platform) string {
 // ResolveBase reads a base's manifest, or its index and nothing more, into its per-platform
 // digests, from the mirror that matches it if there is one. The error, if any, is kept in the
 // result: a plan can go on without it.
-func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
+func ResolveBase(ctx context.Context, reg *registry.Registries, ref string) *Base {
 	b := &Base{Ref: ref, Source: ref, Platforms: map[string]string{}}
 	source, mirror, err := reg.Source(ref)
 	if err != nil {
@@ -148,7 +149,7 @@ func ResolveBase(ctx context.Context, reg *Registries, ref string) *Base {
 		b.Err = err
 		return b
 	}
-	desc, err := reg.get(ctx, r)
+	desc, err := reg.Get(ctx, r)
 	if err != nil {
 		b.Err = err
 		return b

@@ -20,8 +20,9 @@ import (
 type Layers interface {
 	// Sources is one layer with the sources of the components, under /composition/<label>/.
 	Sources(components []*toa.Component) (v1.Layer, error)
-	// Dependencies is the component's node_modules installed for one platform of the base.
-	Dependencies(ctx context.Context, c *toa.Component, p Target) (v1.Layer, error)
+	// Dependencies is the component's node_modules installed for one platform of the base, as
+	// at most budget layers (layer.DependencyLayers): the first holds npm's metadata.
+	Dependencies(ctx context.Context, c *toa.Component, p Target, budget int) ([]v1.Layer, error)
 	// Global is what `npm i -g` lines install into /usr/local, for one platform.
 	Global(ctx context.Context, lines []string, p Target) (v1.Layer, error)
 }
@@ -96,14 +97,13 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; "), created))
 		}
 	}
+	budget := dependencyBudget(base, len(adds), len(img.Components))
 	for _, c := range img.Components {
-		l, err := layers.Dependencies(ctx, c, t)
+		ls, err := layers.Dependencies(ctx, c, t, budget)
 		if err != nil {
 			return nil, err // the layer's error says which install, for which platform
 		}
-		if l != nil {
-			adds = append(adds, addendum(l, "node_modules of "+c.Locator.Label, created))
-		}
+		adds = append(adds, dependencyAddenda(ls, c.Locator.Label, created)...)
 	}
 	out, err := mutate.Append(base, adds...)
 	if err != nil {
@@ -151,8 +151,12 @@ func sourcesImage(deps v1.Image, sources []v1.Layer, command []string, created v
 }
 
 func addendum(l v1.Layer, createdBy string, created v1.Time) mutate.Addendum {
+	mt := types.OCILayer // whatever the layer says of itself: every manifest toa-push writes is OCI
+	if m, err := l.MediaType(); err == nil && m == types.OCILayerZStd {
+		mt = m
+	}
 	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: created},
-		MediaType: types.OCILayer}
+		MediaType: mt}
 }
 
 func setEnv(env []string, key, value string) []string {

@@ -5,9 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // BaseCache keeps what each base was last resolved to, under <cache>/bases, so that a plan can be
@@ -19,7 +20,7 @@ type BaseCache struct {
 }
 
 // NewBaseCache keeps resolved bases under dir/bases.
-func NewBaseCache(dir string) *BaseCache { return &BaseCache{dir: filepath.Join(dir, "bases")} }
+func NewBaseCache(dir string) *BaseCache { return &BaseCache{dir: fsys.Bases.Dir(dir)} }
 
 // Dir is the cache's folder, for messages.
 func (c *BaseCache) Dir() string { return c.dir }
@@ -48,14 +49,14 @@ func (c *BaseCache) Store(b *Base, resolved time.Time) error {
 	if err != nil {
 		return err
 	}
-	return writeCacheFile(c.path(b.Ref), data)
+	return fsys.WriteFile(c.path(b.Ref), data, 0o644)
 }
 
 // Load returns the base as it was last resolved, and when; nil when the cache has no usable
 // answer for ref.
 func (c *BaseCache) Load(ref string) (*Base, time.Time) {
-	data, err := os.ReadFile(c.path(ref))
-	if err != nil {
+	data, ok := fsys.Bases.Read(c.path(ref))
+	if !ok {
 		return nil, time.Time{}
 	}
 	var cb cachedBase
@@ -63,29 +64,4 @@ func (c *BaseCache) Load(ref string) (*Base, time.Time) {
 		return nil, time.Time{}
 	}
 	return &Base{Ref: ref, Source: ref, Digest: cb.Digest, Platforms: cb.Platforms, Docker: cb.Docker}, cb.Resolved
-}
-
-// writeCacheFile writes a file of the cache whole or not at all: into a temporary file beside it,
-// renamed over it, so that a run that stops half way, or two runs at once, never leave a
-// half-written file for the next run to read.
-func writeCacheFile(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

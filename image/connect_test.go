@@ -18,6 +18,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // registryStandIn answers /v2/ as a registry does and every other request with 404 "manifest
@@ -38,9 +39,9 @@ func registryStandIn(check func(w http.ResponseWriter, r *http.Request) bool) ht
 	})
 }
 
-func resolveErr(t *testing.T, ref string, opts ...RegistryOption) error {
+func resolveErr(t *testing.T, ref string, opts ...registry.RegistryOption) error {
 	t.Helper()
-	reg, err := NewRegistries(opts...)
+	reg, err := registry.NewRegistries(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestTLSRegistryOnLoopback(t *testing.T) {
 	if err == nil {
 		t.Fatal("resolved through an untrusted certificate")
 	}
-	msg := (&RegistryError{What: "the base " + ref, Err: err}).Error()
+	msg := (registry.Wrap("the base "+ref, "", err)).Error()
 	for _, want := range []string{"the TLS certificate of " + host + " does not verify", "--ca-file", "--insecure"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the message lacks %q:\n%s", want, msg)
@@ -79,10 +80,10 @@ func TestTLSRegistryOnLoopback(t *testing.T) {
 	if err := os.WriteFile(ca, pemBytes, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := resolveErr(t, ref, WithCAFile(ca)); err == nil || !strings.Contains(reason(err), "not found") {
+	if err := resolveErr(t, ref, registry.WithCAFile(ca)); err == nil || !strings.Contains(registry.Reason(err), "not found") {
 		t.Errorf("with --ca-file the registry should be reached (and the base not found): %v", err)
 	}
-	if err := resolveErr(t, ref, WithInsecure(true)); err == nil || !strings.Contains(reason(err), "not found") {
+	if err := resolveErr(t, ref, registry.WithInsecure(true)); err == nil || !strings.Contains(registry.Reason(err), "not found") {
 		t.Errorf("with --insecure the registry should be reached (and the base not found): %v", err)
 	}
 }
@@ -109,7 +110,7 @@ func TestPlainHTTPRegistryElsewhere(t *testing.T) {
 	if err == nil || !strings.Contains(msg, host+" does not speak HTTPS") || !strings.Contains(msg, "--insecure") {
 		t.Errorf("want the hint to pass --insecure, got: %s", msg)
 	}
-	if err := resolveErr(t, ref, WithInsecure(true)); err == nil || !strings.Contains(reason(err), "not found") {
+	if err := resolveErr(t, ref, registry.WithInsecure(true)); err == nil || !strings.Contains(registry.Reason(err), "not found") {
 		t.Errorf("with --insecure the registry should be reached (and the base not found): %v", err)
 	}
 }
@@ -163,13 +164,13 @@ func TestCredentialMessages(t *testing.T) {
 
 			config := dockerConfig(t)
 
-			if msg := reason(resolveErr(t, ref)); !strings.Contains(msg, host+" asks for credentials (401) and none were found for it") ||
+			if msg := registry.Reason(resolveErr(t, ref)); !strings.Contains(msg, host+" asks for credentials (401) and none were found for it") ||
 				!strings.Contains(msg, "docker login "+host) {
 				t.Errorf("without credentials: %s", msg)
 			}
 
 			writeConfig(t, config, fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, host, base64.StdEncoding.EncodeToString([]byte(user+":wrong"))))
-			if msg := reason(resolveErr(t, ref)); !strings.Contains(msg, host+" refused the credentials of "+config+" (401)") {
+			if msg := registry.Reason(resolveErr(t, ref)); !strings.Contains(msg, host+" refused the credentials of "+config+" (401)") {
 				t.Errorf("with wrong credentials in the config file: %s", msg)
 			}
 
@@ -182,12 +183,12 @@ func TestCredentialMessages(t *testing.T) {
 			t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 			writeConfig(t, config, fmt.Sprintf(`{"credHelpers":{%q:"toatest"}}`, host))
 			want := host + " refused the credentials of the credential helper docker-credential-toatest (credHelpers in " + config + ") (401)"
-			if msg := reason(resolveErr(t, ref)); !strings.Contains(msg, want) {
+			if msg := registry.Reason(resolveErr(t, ref)); !strings.Contains(msg, want) {
 				t.Errorf("with wrong credentials from a helper:\n got %s\nwant %s", msg, want)
 			}
 
 			writeConfig(t, config, fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, host, base64.StdEncoding.EncodeToString([]byte(user+":"+good))))
-			if err := resolveErr(t, ref); err == nil || !strings.Contains(reason(err), "not found") {
+			if err := resolveErr(t, ref); err == nil || !strings.Contains(registry.Reason(err), "not found") {
 				t.Errorf("with good credentials the registry should be reached (and the base not found): %v", err)
 			}
 		})
@@ -226,7 +227,7 @@ func TestPushToTLSRegistryOnLoopback(t *testing.T) {
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	dir := twoCompositions(t, addr, baseRef)
 
-	reg, _ := NewRegistries()
+	reg, _ := registry.NewRegistries()
 	_, err := pushWith(context.Background(), t, dir, baseRef, reg)
 	if err == nil {
 		t.Fatal("pushed through an untrusted certificate")
@@ -240,7 +241,7 @@ func TestPushToTLSRegistryOnLoopback(t *testing.T) {
 		t.Errorf("the plain HTTP attempt's answer reached the user:\n%v", err)
 	}
 
-	reg, _ = NewRegistries(WithCAFile(ca))
+	reg, _ = registry.NewRegistries(registry.WithCAFile(ca))
 	res, err := pushWith(context.Background(), t, dir, baseRef, reg)
 	if err != nil {
 		t.Fatalf("with --ca-file: %v", err)
@@ -262,7 +263,7 @@ func TestPushToRegistryWithCredentials(t *testing.T) {
 
 	config := dockerConfig(t)
 	push := func() (*Result, error) {
-		reg, err := NewRegistries(WithCAFile(ca))
+		reg, err := registry.NewRegistries(registry.WithCAFile(ca))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // Destination is where a push puts the application's images: the registry each image's
@@ -39,11 +41,11 @@ func (s *Sent) add(o Sent) {
 
 // RegistryDestination puts images into the registries their references name.
 type RegistryDestination struct {
-	reg *Registries
+	reg *registry.Registries
 }
 
 // NewRegistryDestination is the registries of reg as a destination.
-func NewRegistryDestination(reg *Registries) *RegistryDestination {
+func NewRegistryDestination(reg *registry.Registries) *RegistryDestination {
 	return &RegistryDestination{reg: reg}
 }
 
@@ -53,12 +55,12 @@ func (d *RegistryDestination) Digest(ctx context.Context, ref string) (string, e
 	if err != nil {
 		return "", err
 	}
-	desc, err := d.reg.head(ctx, r)
+	desc, err := d.reg.Head(ctx, r)
 	if notFound(err) {
 		return "", nil
 	}
 	if err != nil {
-		return "", &RegistryError{What: ref, Err: err, Need: "to ask the target registry which images it has"}
+		return "", registry.Wrap(ref, "to ask the target registry which images it has", err)
 	}
 	return desc.Digest.String(), nil
 }
@@ -69,12 +71,12 @@ func (d *RegistryDestination) Index(ctx context.Context, ref string) (v1.ImageIn
 	if err != nil {
 		return nil, err
 	}
-	idx, err := d.reg.index(ctx, r)
+	idx, err := d.reg.Index(ctx, r)
 	if notFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, &RegistryError{What: ref, Err: err, Need: "to read the dependencies image from the target registry"}
+		return nil, registry.Wrap(ref, "to read the dependencies image from the target registry", err)
 	}
 	return idx, nil
 }
@@ -88,10 +90,10 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 		return Sent{}, err
 	}
 	counted := d.reg.Counted()
-	err = counted.writeIndex(ctx, r, idx)
+	err = counted.WriteIndex(ctx, r, idx)
 	bytes, requests := counted.Sent()
 	if err != nil {
-		return Sent{bytes, requests}, &RegistryError{What: "push " + ref, Err: err}
+		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }

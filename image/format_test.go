@@ -16,6 +16,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // memoryBase is a small base in the format given: the manifest's, the config's and the layers'
@@ -272,7 +273,7 @@ func TestNestedIndexBase(t *testing.T) {
 	addr := harness.Registry(t)
 	flat := addr + "/bases/node:flat"
 	harness.PushRandomBase(t, flat)
-	reg, err := NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}

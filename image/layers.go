@@ -37,8 +37,8 @@ func (n *npmLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return layer.SourcesOf(components, n.opts...)
 }
 
-func (n *npmLayers) Dependencies(ctx context.Context, c *toa.Component, t Target) (v1.Layer, error) {
-	return layer.Dependencies(ctx, c, platformOf(t), n.with(t)...)
+func (n *npmLayers) Dependencies(ctx context.Context, c *toa.Component, t Target, budget int) ([]v1.Layer, error) {
+	return layer.DependencyLayers(ctx, c, platformOf(t), budget, n.with(t)...)
 }
 
 func (n *npmLayers) Global(ctx context.Context, lines []string, t Target) (v1.Layer, error) {

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // Annotations of the entries of a layout's index.json.
@@ -84,7 +84,7 @@ func OpenLayout(dir string, annotations map[string]string) (*Layout, error) {
 		if err := os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755); err != nil {
 			return nil, fmt.Errorf("make the OCI layout %s: %w", dir, err)
 		}
-		if err := writeAtomically(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion": "1.0.0"}`)); err != nil {
+		if err := fsys.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion": "1.0.0"}`), 0o644); err != nil {
 			return nil, err
 		}
 		if err := l.writeIndexJSON(nil); err != nil {
@@ -228,7 +228,7 @@ func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent
 
 // entries reads index.json's descriptors; l.mu is held, or l is not shared yet.
 func (l *Layout) entries() ([]v1.Descriptor, error) {
-	data, err := toa.ReadFile(filepath.Join(l.dir, "index.json"), toa.MaxLockSize)
+	data, err := fsys.ReadFile(filepath.Join(l.dir, "index.json"), fsys.MaxLockSize)
 	if err != nil {
 		return nil, fmt.Errorf("read the OCI layout %s: %w", l.dir, err)
 	}
@@ -248,7 +248,7 @@ func (l *Layout) writeIndexJSON(manifests []v1.Descriptor) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomically(filepath.Join(l.dir, "index.json"), append(data, '\n'))
+	return fsys.WriteFile(filepath.Join(l.dir, "index.json"), append(data, '\n'), 0o644)
 }
 
 // writeIndex writes every blob of an index the layout lacks, children first, and returns the
@@ -375,17 +375,11 @@ func (l *Layout) writeBlob(digest v1.Hash, size int64, open func() (io.ReadClose
 		return 0, err
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(dir, ".partial-"+digest.Hex+"-")
+	tmp, err := fsys.Create(dir, 0o644)
 	if err != nil {
 		return 0, err
 	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Discard()
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), rc)
 	if err != nil {
@@ -394,25 +388,10 @@ func (l *Layout) writeBlob(digest v1.Hash, size int64, open func() (io.ReadClose
 	if got := hex.EncodeToString(h.Sum(nil)); got != digest.Hex || n != size {
 		return n, fmt.Errorf("blob %s: read %d bytes with digest sha256:%s, want %d bytes", digest, n, got, size)
 	}
-	if err := tmp.Close(); err != nil {
+	if err := tmp.Commit(file); err != nil {
 		return n, err
 	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
-		return n, err
-	}
-	done = true
 	return n, nil
-}
-
-func writeAtomically(file string, data []byte) error {
-	tmp := file + ".partial"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	if err := os.Rename(tmp, file); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
-	}
-	return nil
 }
 
 // PushLayout pushes every index of the layout to the registry its reference names: the

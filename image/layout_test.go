@@ -9,6 +9,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -28,7 +29,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := NewRegistries()
+	reg, _ := registry.NewRegistries()
 	ctx := context.Background()
 	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: ResolveBase(ctx, reg, base)}})
 	if err != nil {

@@ -2,25 +2,22 @@ package image
 
 import (
 	"context"
-	"errors"
 	"net"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 func TestMirrorRedirect(t *testing.T) {
-	mirrors, err := ParseMirrors("ghcr.io=mirror.internal:5000/ghcr", "docker.io=hub.internal/dockerhub",
+	mirrors, err := registry.ParseMirrors("ghcr.io=mirror.internal:5000/ghcr", "docker.io=hub.internal/dockerhub",
 		"ghcr.io/toa-io=toa.internal", "localhost:5000/bases=127.0.0.1:6000/copies")
 	if err != nil {
 		t.Fatal(err)
@@ -53,17 +50,17 @@ const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func TestMirrorSpecs(t *testing.T) {
 	// a later FROM replaces an earlier one: --mirror overrides TOA_MIRRORS
-	m, err := ParseMirrors("ghcr.io=a.internal", "", " ghcr.io/ = b.internal/x/ ")
+	m, err := registry.ParseMirrors("ghcr.io=a.internal", "", " ghcr.io/ = b.internal/x/ ")
 	if err != nil || len(m) != 1 || m[0].To != "b.internal/x" {
 		t.Fatalf("%v %v", m, err)
 	}
 	for _, bad := range []string{"ghcr.io", "=x.internal", "ghcr.io=", "toa-io/runtime=x.internal", "ghcr.io=mirror/path", "ghcr.io=x.internal/UPPER"} {
-		if _, err := ParseMirrors(bad); err == nil {
+		if _, err := registry.ParseMirrors(bad); err == nil {
 			t.Errorf("%q was taken", bad)
 		}
 	}
 	// a whole repository mirrored to a bare host leaves no repository
-	m, _ = ParseMirrors("ghcr.io/toa-io/runtime=mirror.internal")
+	m, _ = registry.ParseMirrors("ghcr.io/toa-io/runtime=mirror.internal")
 	if _, _, err := m.Redirect("ghcr.io/toa-io/runtime:1"); err == nil || !strings.Contains(err.Error(), "names no repository") {
 		t.Errorf("%v", err)
 	}
@@ -88,7 +85,7 @@ func testMirrored(t *testing.T, r registries) {
 		t.Fatal(err)
 	}
 	tools := layer.Toolchain{Node: "20", Npm: "11"}
-	plan := func(reg *Registries) *Plan {
+	plan := func(reg *registry.Registries) *Plan {
 		resolved := ResolveBase(context.Background(), reg, base)
 		if resolved.Err != nil {
 			t.Fatal(resolved.Err)
@@ -99,12 +96,12 @@ func testMirrored(t *testing.T, r registries) {
 		}
 		return p
 	}
-	direct, _ := NewRegistries()
-	mirrors, err := ParseMirrors(origin + "=" + mirror + "/copies")
+	direct, _ := registry.NewRegistries()
+	mirrors, err := registry.ParseMirrors(origin + "=" + mirror + "/copies")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mirrored, _ := NewRegistries(WithMirrors(mirrors))
+	mirrored, _ := registry.NewRegistries(registry.WithMirrors(mirrors))
 	want := plan(direct)
 
 	originLog.Reset()
@@ -175,8 +172,8 @@ func TestUnreachableMirrorFailsAtOnce(t *testing.T) {
 	}
 	closed := l.Addr().String()
 	l.Close()
-	mirrors, _ := ParseMirrors("ghcr.io=" + closed + "/ghcr")
-	reg, _ := NewRegistries(WithMirrors(mirrors))
+	mirrors, _ := registry.ParseMirrors("ghcr.io=" + closed + "/ghcr")
+	reg, _ := registry.NewRegistries(registry.WithMirrors(mirrors))
 	start := time.Now()
 	base := ResolveBase(context.Background(), reg, DefaultBase+":1.0.0-alpha.289")
 	if base.Err == nil {
@@ -193,31 +190,3 @@ func TestUnreachableMirrorFailsAtOnce(t *testing.T) {
 		t.Errorf("got  %v\nwant %s", err, want)
 	}
 }
-
-func TestRetryable(t *testing.T) {
-	for _, c := range []struct {
-		err  error
-		want bool
-	}{
-		{&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, false},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: &timeoutErr{}}, false},
-		{&net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Name: "ghcr.io", Err: "server misbehaving", IsTemporary: true}}, false},
-		{&net.DNSError{Name: "ghcr.io", IsTemporary: true}, false},
-		{&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
-		{timeoutErr{}, false}, // a TLS handshake or a response that timed out has waited long enough
-		{errors.New("unexpected"), false},
-		{&transport.Error{StatusCode: 503}, true},
-		{&transport.Error{StatusCode: 404}, false},
-		{context.DeadlineExceeded, false},
-	} {
-		if got := retryable(c.err); got != c.want {
-			t.Errorf("retryable(%v) = %v", c.err, got)
-		}
-	}
-}
-
-type timeoutErr struct{}
-
-func (timeoutErr) Error() string   { return "i/o timeout" }
-func (timeoutErr) Timeout() bool   { return true }
-func (timeoutErr) Temporary() bool { return true }

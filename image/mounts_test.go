@@ -15,6 +15,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -85,7 +86,7 @@ func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 	dir := twoCompositions(t, addr, baseRef)
 	baseRec.Reset()
 
-	reg, err := NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
 	dir := twoCompositions(t, addr, baseRef)
 	memory := t.TempDir()
 
-	reg, _ := NewRegistries(WithMemory(memory))
+	reg, _ := registry.NewRegistries(registry.WithMemory(memory))
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
 	data, _ := os.ReadFile(ctxFile)
 	os.WriteFile(ctxFile, []byte(string(data)+"  - name: extra\n    components: [shop.orders]\n"), 0o644)
 	rec.Reset()
-	reg, _ = NewRegistries(WithMemory(memory))
+	reg, _ = registry.NewRegistries(registry.WithMemory(memory))
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestRegistryThatDoesNotMount(t *testing.T) {
 	target.Inject(harness.Fault{Match: harness.Mount, Kind: harness.NoMount})
 	dir := twoCompositions(t, target.Addr, baseRef)
 	var notices []string
-	reg, _ := NewRegistries(WithNotify(func(s string) { notices = append(notices, s) }))
+	reg, _ := registry.NewRegistries(registry.WithNotify(func(s string) { notices = append(notices, s) }))
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.Reset()
-	reg, _ := NewRegistries()
+	reg, _ := registry.NewRegistries()
 	read, err := ReadLayout(layoutDir)
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +285,7 @@ func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 // pushTo builds the application in dir and writes it to dest.
 func pushTo(t *testing.T, dir, base string, dest Destination) (*Result, error) {
 	t.Helper()
-	reg, err := NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func pushTo(t *testing.T, dir, base string, dest Destination) (*Result, error) {
 }
 
 // loadAndPlan loads the application in dir and plans it on base.
-func loadAndPlan(t *testing.T, dir, base string, reg *Registries) (*toa.Application, *Plan) {
+func loadAndPlan(t *testing.T, dir, base string, reg *registry.Registries) (*toa.Application, *Plan) {
 	t.Helper()
 	app, err := toa.Load(dir, "default")
 	if err != nil {

@@ -10,13 +10,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -256,7 +260,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 	}
 	if base.Err != nil {
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)
@@ -296,8 +300,12 @@ func imageVersion(components []*toa.Component, depsVersion string) string {
 // the digests of the platforms built, and the runner's node and npm versions.
 func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchain) (string, error) {
 	h := sha256.New()
+	// the base's name held no place here but its own: its digests (Pairs) are the input, so that
+	// a retag or a mirror of the same base keeps the tags; the empty field keeps every tag of a
+	// context that never named registry.build.image what it was
+	const baseName = ""
 	inputs := []string{app.Runtime.Version, app.Runtime.Registry, app.Runtime.Proxy,
-		base.Pairs(img.Platforms), app.Registry.Build.Image, app.Registry.Build.Run, img.Run}
+		base.Pairs(img.Platforms), baseName, app.Registry.Build.Run, img.Run}
 	inputs = append(inputs, app.Registry.Build.Arguments...)
 	inputs = append(inputs, "node "+tools.Node, "npm "+tools.Npm)
 	inputs = append(inputs, base.formatInput()...)
@@ -312,11 +320,11 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 			if file == "" {
 				continue
 			}
-			limit := int64(toa.MaxPackageSize)
+			limit := int64(fsys.MaxPackageSize)
 			if file == c.PackageLock {
-				limit = toa.MaxLockSize
+				limit = fsys.MaxLockSize
 			}
-			data, err := toa.ReadFile(file, limit)
+			data, err := fsys.ReadFile(file, limit)
 			if err != nil {
 				return "", err
 			}
@@ -324,8 +332,35 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 			io.WriteString(h, path.Base(file))
 			h.Write(data)
 		}
+		if err := hashLocalPackages(h, c); err != nil {
+			return "", err
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:8], nil
+}
+
+// hashLocalPackages writes into h the contents of every package c installs from the disk (a
+// `file:` folder or tarball, a workspace), by its path from the component's folder: one edited
+// in place is another dependencies image, in any folder the application is checked out to.
+func hashLocalPackages(h io.Writer, c *toa.Component) error {
+	locals, err := c.LocalPackages()
+	if err != nil {
+		return err
+	}
+	for _, l := range locals {
+		sum, err := l.Hash()
+		if errors.Is(err, fs.ErrNotExist) {
+			sum = "missing" // npm ci says what is missing, if it needs it
+		} else if err != nil {
+			return fmt.Errorf("hash the local package %s of %s: %w", l.Spec, c.Locator.ID, err)
+		}
+		rel, err := filepath.Rel(c.Path, l.Path)
+		if err != nil {
+			rel = l.Path
+		}
+		fmt.Fprintf(h, "%s\x00local\x00%s\x00%s\x00", c.Locator.Label, filepath.ToSlash(rel), sum)
+	}
+	return nil
 }
 
 // checkRun refuses, before anything is built, the build.run lines that cannot run without a

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,7 +14,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -24,7 +25,7 @@ import (
 type PushOptions struct {
 	// Registries reads the bases (through their mirrors) and, without a Destination, is where
 	// the images go: the registry each image's reference names.
-	Registries *Registries
+	Registries *registry.Registries
 	// Destination is where the images go: NewRegistryDestination(Registries) when nil, or an
 	// OCI layout (OpenLayout).
 	Destination Destination
@@ -139,8 +140,7 @@ func unresolved(plan *Plan) error {
 				names = append(names, other.Name)
 			}
 		}
-		return &RegistryError{What: img.base.String(), Err: img.base.Err,
-			Need: "to resolve the base of " + strings.Join(names, ", ")}
+		return registry.Wrap(img.base.String(), "to resolve the base of "+strings.Join(names, ", "), img.base.Err)
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, deps.targets, pushed, &sent); err != nil {
+	if err := b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)
@@ -263,7 +263,7 @@ type depsImages struct {
 
 // dependencies returns the dependencies image of each platform: from the destination when its
 // tag is there, else built on the base and written there.
-func (b *builder) dependencies(ctx context.Context, src *Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
+func (b *builder) dependencies(ctx context.Context, src *registry.Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
 	idx, err := b.opts.Destination.Index(ctx, img.DepsReference())
 	if err != nil {
 		return nil, err
@@ -366,7 +366,7 @@ func (b *builder) sourceLayerBudget(deps *depsImages) int {
 // base reads the base image of one platform, from where it was resolved (its mirror, if it has
 // one), and what the install must know of it. Its layers are read only when the destination
 // lacks them.
-func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platform string) (v1.Image, Target, error) {
+func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string) (v1.Image, Target, error) {
 	resolved, err := reg.Reference(img.base.Source)
 	if err != nil {
 		return nil, Target{}, err
@@ -374,16 +374,16 @@ func (b *builder) base(ctx context.Context, reg *Registries, img *Image, platfor
 	digest := img.base.Platforms[platform]
 	ref := resolved.Context().Digest(digest)
 	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
-	base, err := reg.image(ctx, ref)
+	base, err := reg.Image(ctx, ref)
 	if err != nil {
-		return nil, Target{}, &RegistryError{What: img.base.String(), Err: err, Need: need}
+		return nil, Target{}, registry.Wrap(img.base.String(), need, err)
 	}
 	if base, err = baseAsOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
 		return nil, Target{}, err
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, Target{}, &RegistryError{What: "the config of " + img.base.String(), Err: err, Need: need}
+		return nil, Target{}, registry.Wrap("the config of "+img.base.String(), need, err)
 	}
 	libc, err := b.libcOf(base, digest)
 	if err != nil {
@@ -411,9 +411,9 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	}
 	cache := ""
 	if b.opts.CacheDir != "" {
-		cache = filepath.Join(b.opts.CacheDir, "libc", strings.ReplaceAll(digest, ":", "-"))
+		cache = fsys.Libc.Path(b.opts.CacheDir, strings.ReplaceAll(digest, ":", "-"))
 		// a file that says neither (one an older toa-push wrote half) is looked again
-		if data, err := os.ReadFile(cache); err == nil && (string(data) == "glibc" || string(data) == "musl") {
+		if data, ok := fsys.Libc.Read(cache); ok && (string(data) == "glibc" || string(data) == "musl") {
 			b.libc[digest] = string(data)
 			return string(data), nil
 		}
@@ -424,7 +424,7 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	}
 	b.libc[digest] = libc
 	if cache != "" {
-		_ = writeCacheFile(cache, []byte(libc)) // a cache: losing it costs a second look
+		_ = fsys.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
 	}
 	return libc, nil
 }

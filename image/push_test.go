@@ -18,6 +18,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -71,12 +72,16 @@ func (f fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return tarLayer(files)
 }
 
-func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target) (v1.Layer, error) {
+func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target, _ int) ([]v1.Layer, error) {
 	if c.PackageJSON == "" {
 		return nil, nil
 	}
 	pkg, _ := os.ReadFile(c.PackageJSON)
-	return tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
+	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
+	if err != nil {
+		return nil, err
+	}
+	return []v1.Layer{l}, nil
 }
 
 func (fakeLayers) Global(context.Context, []string, Target) (v1.Layer, error) { return nil, nil }
@@ -111,7 +116,7 @@ func pushOnce(t *testing.T, dir, base string, layers Layers) (*Result, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := NewRegistries()
+	reg, err := registry.NewRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +250,7 @@ func testPush(t *testing.T, r registries) {
 			t.Fatalf("push with a failing layer: %v", err)
 		}
 		app, _ := toa.Load(dir, "default")
-		reg, _ := NewRegistries()
+		reg, _ := registry.NewRegistries()
 		plan, _ := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: ResolveBase(context.Background(), reg, base)}})
 		ref, _ := name.ParseReference(plan.images[1].Reference())
 		if _, err := remote.Head(ref); err == nil {
@@ -256,4 +261,22 @@ func testPush(t *testing.T, r registries) {
 			t.Errorf("rerun: %v %+v", err, done.Images[1])
 		}
 	})
+}
+
+// pushWith resolves the base and pushes the application in dir with reg.
+func pushWith(ctx context.Context, t *testing.T, dir, base string, reg *registry.Registries) (*Result, error) {
+	t.Helper()
+	app, err := toa.Load(dir, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := ResolveBase(ctx, reg, base)
+	if resolved.Err != nil {
+		return nil, resolved.Err
+	}
+	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: resolved}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Push(ctx, app, plan, PushOptions{Registries: reg, Layers: fakeLayers{}, CacheDir: t.TempDir()})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -66,7 +67,7 @@ func serviceImage(app *toa.Application, s Service, opts PlanOptions, warnings *[
 		return img, nil
 	case base.Err != nil:
 		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, reason(base.Err))
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
 		return img, nil
 	}
 	platforms, err := base.Select(app, warnings)
@@ -137,13 +138,11 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 		}
 		b.opts.Events(Event{img.Name, "installing the dependencies of " + img.Service.Reference + " for " + platform})
 		var adds []mutate.Addendum
-		deps, err := b.opts.Layers.Dependencies(ctx, c, target)
+		deps, err := b.opts.Layers.Dependencies(ctx, c, target, dependencyBudget(base, 0, 1))
 		if err != nil {
 			return fmt.Errorf("%s: install the dependencies of %s for %s: %w", img.Name, img.Service.Reference, platform, err)
 		}
-		if deps != nil {
-			adds = append(adds, addendum(deps, "node_modules of "+img.Service.Reference, b.created))
-		}
+		adds = append(adds, dependencyAddenda(deps, img.Service.Reference, b.created)...)
 		adds = append(adds, addendum(sources, img.Service.Reference, b.created))
 		out, err := mutate.Append(base, adds...)
 		if err != nil {
@@ -171,7 +170,7 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, targets, pushed, &sent); err != nil {
+	if err := b.attach(ctx, img, idx, images, nil, targets, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)

@@ -1,7 +1,8 @@
 // Package kustomize renders a kustomization, toa-push's or a user's overlay of it, in memory with
-// kustomize's own API, and says in which order objects are applied (ApplyOrder, Stage, Sort). It
-// is toa-apply's side: what writes the kustomization is toa-push's, in the manifest package, and
-// this package imports nothing of the push side.
+// kustomize's own API, and sorts objects into the order they are applied in (Sort, by the order
+// of internal/kinds, which toa-push also writes in). It is toa-apply's side: what writes the
+// kustomization is toa-push's, in the manifest package, and this package imports nothing of the
+// push side.
 package kustomize
 
 import (
@@ -17,18 +18,21 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/kinds"
 )
 
 // Render renders the kustomization in dir of fs, as `kubectl kustomize dir` does, and returns
 // its objects in the order they are applied (see Sort). fs is OnDisk() for a user's folder and
 // filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a *fault.Input: the
 // user's input. Rendering ends when ctx does (a *fault.Timeout): kustomize takes no context, and
-// an overlay may name a remote resource, which it fetches with no bound of its own.
+// an overlay may name a remote resource, which it fetches with no bound of its own (its body is
+// bounded here: boundRemote).
 func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
 	type rendered struct {
 		m   resmap.ResMap
 		err error
 	}
+	boundRemote()
 	done := make(chan rendered, 1)
 	go func() { // left behind when ctx ends first: the command exits with the timeout
 		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
@@ -83,29 +87,6 @@ func YAML(objects []*unstructured.Unstructured) ([]byte, error) {
 // like a CRD's objects. Objects of one rank keep their order.
 func Sort(objects []*unstructured.Unstructured) {
 	slices.SortStableFunc(objects, func(a, b *unstructured.Unstructured) int {
-		return Stage(a.GetKind()) - Stage(b.GetKind())
+		return kinds.Stage(a.GetKind()) - kinds.Stage(b.GetKind())
 	})
-}
-
-// ApplyOrder lists the kinds of each stage of an apply, in order; kinds not listed form a last
-// stage of their own.
-var ApplyOrder = [][]string{
-	{"Namespace"},
-	{"CustomResourceDefinition"},
-	{"ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"},
-	{"ConfigMap", "Secret"},
-	{"ResourceQuota", "LimitRange", "NetworkPolicy", "PodDisruptionBudget", "PriorityClass",
-		"StorageClass", "PersistentVolume", "PersistentVolumeClaim", "IngressClass"},
-	{"Service"},
-	{"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Pod", "Job", "CronJob",
-		"HorizontalPodAutoscaler"},
-	{"Ingress"},
-}
-
-// Stage is the index in ApplyOrder of a kind's stage, len(ApplyOrder) for kinds not listed.
-func Stage(kind string) int {
-	if i := slices.IndexFunc(ApplyOrder, func(kinds []string) bool { return slices.Contains(kinds, kind) }); i >= 0 {
-		return i
-	}
-	return len(ApplyOrder)
 }

@@ -2,9 +2,6 @@ package layer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -54,6 +52,15 @@ var ErrNativeCode = errors.New("packages build native code at install")
 // Node major, registry, proxy, the .npmrc files and npm_config_* variables without credentials),
 // so an unchanged component's layer is the same blob, and costs no npm run.
 func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Option) (v1.Layer, error) {
+	layers, err := dependencies(ctx, c, p, 1, opts)
+	if err != nil || len(layers) == 0 {
+		return nil, err
+	}
+	return layers[0], nil
+}
+
+// dependencies is the component's node_modules as at most budget layers (DependencyLayers).
+func dependencies(ctx context.Context, c *toa.Component, p Platform, budget int, opts []Option) ([]v1.Layer, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return nil, err
@@ -65,7 +72,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 		return nil, nil
 	}
 	var pkg manifest
-	pkgData, err := toa.ReadJSON(c.PackageJSON, toa.MaxPackageSize, &pkg)
+	pkgData, err := fsys.ReadJSON(c.PackageJSON, fsys.MaxPackageSize, &pkg)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +88,7 @@ func Dependencies(ctx context.Context, c *toa.Component, p Platform, opts ...Opt
 	if err != nil {
 		return nil, err
 	}
-	return o.run(ctx, in, inputs.job(c, in))
+	return o.runLayers(ctx, in, withSplit(inputs.job(c, in), c, budget))
 }
 
 // depsInputs are what npm reads to install a component's dependencies: all of them are in the
@@ -101,7 +108,7 @@ func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*d
 	}
 	var err error
 	if d.lockPath != "" {
-		if d.lockData, err = toa.ReadFile(d.lockPath, toa.MaxLockSize); err != nil {
+		if d.lockData, err = fsys.ReadFile(d.lockPath, fsys.MaxLockSize); err != nil {
 			return nil, err
 		}
 	} else {
@@ -111,7 +118,14 @@ func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*d
 	if d.npmrc, err = o.projectNpmrc(c); err != nil {
 		return nil, err
 	}
-	d.locals = localDependencies(c.Path, pkg, d.lockData)
+	locals, err := c.LocalPackages() // folders and regular files within a bound, or an error
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range locals {
+		d.locals = append(d.locals, l.Path)
+	}
+	sort.Strings(d.locals) // mirror's order: a folder before what is in it
 	return d, nil
 }
 
@@ -223,7 +237,7 @@ func (o *options) projectNpmrc(c *toa.Component) (string, error) {
 		paths = append(paths, own)
 	}
 	for _, path := range paths {
-		data, err := toa.ReadFile(path, toa.MaxPackageSize)
+		data, err := fsys.ReadFile(path, fsys.MaxPackageSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -239,7 +253,7 @@ func (o *options) projectNpmrc(c *toa.Component) (string, error) {
 // staging makes a folder for one install, under the cache so that the layer is written on the
 // same file system.
 func (o *options) staging(name string) (string, error) {
-	dir := filepath.Join(o.cacheRoot, "tmp")
+	dir := fsys.Staging.Dir(o.cacheRoot)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create a staging folder: %w", err)
 	}
@@ -268,50 +282,6 @@ func sweep(dir, prefix string) {
 	}
 }
 
-// localDependencies are the absolute paths of the component's `file:` dependencies, from its
-// package.json and from the folders its lockfile names besides node_modules.
-func localDependencies(dir string, pkg manifest, lock []byte) []string {
-	set := map[string]bool{}
-	add := func(spec string) {
-		spec = strings.TrimPrefix(spec, "file:")
-		if spec == "" || !(strings.HasPrefix(spec, ".") || strings.HasPrefix(spec, "/")) {
-			return
-		}
-		if !filepath.IsAbs(spec) {
-			spec = filepath.Join(dir, spec)
-		}
-		set[filepath.Clean(spec)] = true
-	}
-	for _, deps := range []map[string]any{pkg.Dependencies, pkg.OptionalDependencies} {
-		for _, v := range deps {
-			if s, ok := v.(string); ok && (strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "./") || strings.HasPrefix(s, "../") || strings.HasPrefix(s, "/")) {
-				add(s)
-			}
-		}
-	}
-	var l struct {
-		Packages map[string]struct {
-			Resolved string `json:"resolved"`
-		} `json:"packages"`
-	}
-	if json.Unmarshal(lock, &l) == nil {
-		for key, p := range l.Packages {
-			if key != "" && !strings.HasPrefix(key, "node_modules/") && !strings.Contains(key, "/node_modules/") {
-				add(key)
-			}
-			if strings.HasPrefix(p.Resolved, "file:") && !strings.Contains(key, "/node_modules/") {
-				add(p.Resolved)
-			}
-		}
-	}
-	list := make([]string, 0, len(set))
-	for p := range set {
-		list = append(list, p)
-	}
-	sort.Strings(list)
-	return list
-}
-
 // mirror links each local dependency at its own absolute path under the staging root, where
 // the component's relative paths lead from the component's folder mirrored there.
 func mirror(staging, dir string, locals []string) error {
@@ -338,25 +308,16 @@ func mirror(staging, dir string, locals []string) error {
 	return nil
 }
 
-// hashLocal is a hash of a local dependency's files, folder or tarball.
+// hashLocal is a hash of a local dependency's files, folder or tarball (toa.HashLocalPackage).
 func hashLocal(path string) string {
-	info, err := os.Stat(path)
-	if err != nil {
+	h, err := toa.HashLocalPackage(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return "missing"
-	}
-	if info.IsDir() {
-		h, err := toa.HashFiles(path)
-		if err != nil {
-			return "unreadable"
-		}
-		return h
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	case err != nil:
 		return "unreadable"
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	return h
 }
 
 var missingLine = regexp.MustCompile(`(?m)^npm error ((?:Missing|Invalid): .*)$`)

@@ -17,5 +17,7 @@
 //	npm/                         npm's own cache (npm --cache)
 //	tmp/                         staging folders of running installs
 //
-// Nothing is ever evicted but the leftovers of interrupted runs, a day later.
+// Each folder is one of fsys's caches (fsys/cache.go names them all); toa-push prunes them to
+// TOA_CACHE_MAX at the end of a run, least recently used first. A record whose layer is gone is
+// a miss: the layer is made again.
 package layer

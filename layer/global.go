@@ -12,7 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // runHint is the advice for a build.run line toa-push cannot run.
@@ -281,7 +281,7 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 	npmrc.WriteString("\n")
 	npmrc.WriteString(npmrcOf(o.npmConfig))
 	if o.contextRoot != "" {
-		data, err := toa.ReadFile(filepath.Join(o.contextRoot, ".npmrc"), toa.MaxPackageSize)
+		data, err := fsys.ReadFile(filepath.Join(o.contextRoot, ".npmrc"), fsys.MaxPackageSize)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}

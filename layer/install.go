@@ -39,11 +39,23 @@ type job struct {
 	target     string
 	// fill writes the layer from the staging folder.
 	fill func(staging string, w *tarWriter) error
+	// parts, when set, lay the staging folder out as several layers instead of fill's one
+	// (DependencyLayers); a split key names them.
+	parts func(staging string) ([]part, error)
 }
 
 // run runs the job: from the cache when its key is there, else npm in a staging folder, the
 // layer written and kept under the key.
 func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error) {
+	layers, err := o.runLayers(ctx, in, j)
+	if err != nil {
+		return nil, err
+	}
+	return layers[0], nil
+}
+
+// runLayers is run for a job whose tree may be several layers (job.parts).
+func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer, error) {
 	j.key.field("npmrc", stripAuth(j.npmrc))
 	j.key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
 	in.key(j.key, o)
@@ -57,7 +69,7 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 	}
 	k := j.key.String()
 	if j.cacheable {
-		if l := o.lookup(j.kind, k); l != nil {
+		if l := o.lookupAll(j.kind, k); l != nil {
 			return l, nil
 		}
 	}
@@ -109,14 +121,14 @@ func (o *options) run(ctx context.Context, in *install, j job) (v1.Layer, error)
 			return nil, err
 		}
 	}
-	l, err := o.writeLayer(func(w *tarWriter) error { return j.fill(staging, w) })
+	layers, err := o.writeJob(staging, j)
 	if err != nil {
 		return nil, fmt.Errorf("write the layer of %s for %s: %w", j.what, in.platform, err)
 	}
 	if j.cacheable {
-		if err := o.keep(j.kind, k, l); err != nil {
+		if err := o.keepAll(j.kind, k, layers); err != nil {
 			return nil, fmt.Errorf("keep the layer of %s in the cache %s: %w", j.what, o.layersDir(), err)
 		}
 	}
-	return l, nil
+	return asLayers(layers), nil
 }

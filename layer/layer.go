@@ -17,9 +17,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/klauspost/compress/gzip"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // CompressionLevel is the gzip level of every layer, with klauspost/compress's gzip (the one
@@ -37,6 +37,7 @@ type options struct {
 	npmCache    string
 	epoch       *time.Time
 	mediaType   types.MediaType
+	compression Compression
 	contextRoot string
 	registry    string
 	proxy       string
@@ -114,33 +115,21 @@ func WithNpmConfig(config map[string]string) Option {
 func WithWarnings(warn func(string)) Option { return func(o *options) { o.warn = warn } }
 
 func newOptions(opts []Option) (*options, error) {
-	o := &options{mediaType: types.OCILayer, warn: func(string) {}}
+	o := &options{mediaType: types.OCILayer, compression: Gzip, warn: func(string) {}}
 	for _, opt := range opts {
 		opt(o)
 	}
 	if o.cacheRoot == "" {
-		root, err := DefaultCacheDir()
+		root, err := fsys.CacheRoot()
 		if err != nil {
 			return nil, err
 		}
 		o.cacheRoot = root
 	}
 	if o.npmCache == "" {
-		o.npmCache = filepath.Join(o.cacheRoot, "npm")
+		o.npmCache = fsys.Npm.Dir(o.cacheRoot)
 	}
 	return o, nil
-}
-
-// DefaultCacheDir is $TOA_CACHE, else $HOME/.cache/toa-deploy.
-func DefaultCacheDir() (string, error) {
-	if dir := os.Getenv("TOA_CACHE"); dir != "" {
-		return dir, nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find the cache folder: %w; set TOA_CACHE", err)
-	}
-	return filepath.Join(home, ".cache", "toa-deploy"), nil
 }
 
 // mtime is the time every entry carries.
@@ -230,11 +219,12 @@ func (p Platform) npm() (cpu string, err error) {
 
 // fileLayer is a compressed layer in the cache.
 type fileLayer struct {
-	path      string
-	digest    v1.Hash
-	diffID    v1.Hash
-	size      int64
-	mediaType types.MediaType
+	path        string
+	digest      v1.Hash
+	diffID      v1.Hash
+	size        int64
+	mediaType   types.MediaType
+	compression Compression
 }
 
 var _ v1.Layer = (*fileLayer)(nil)
@@ -244,18 +234,18 @@ func (l *fileLayer) DiffID() (v1.Hash, error)             { return l.diffID, nil
 func (l *fileLayer) Size() (int64, error)                 { return l.size, nil }
 func (l *fileLayer) MediaType() (types.MediaType, error)  { return l.mediaType, nil }
 func (l *fileLayer) Compressed() (io.ReadCloser, error)   { return os.Open(l.path) }
-func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return gunzip(l.path) }
+func (l *fileLayer) Uncompressed() (io.ReadCloser, error) { return uncompress(l.path, l.compression) }
 
 // CachedFile is the layer's file in the cache, for a message that names it when its bytes turn
 // out damaged (the image package removes it then, so that the next run builds it anew).
 func (l *fileLayer) CachedFile() string { return l.path }
 
-func gunzip(path string) (io.ReadCloser, error) {
+func uncompress(path string, c Compression) (io.ReadCloser, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	z, err := gzip.NewReader(bufio.NewReaderSize(f, 256<<10))
+	z, err := decompress(c, bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -355,25 +345,19 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(o.layersDir(), "sha256")
+	dir := fsys.Layers.Dir(o.cacheRoot)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
 	sweep(dir, ".partial-")
-	f, err := os.CreateTemp(dir, ".partial-*")
+	f, err := fsys.Create(dir, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("create the layer cache: %w", err)
 	}
-	done := false
-	defer func() {
-		if !done {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
+	defer f.Discard()
 	compressed := &countingHash{Hash: sha256.New()}
 	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
-	z, _ := gzip.NewWriterLevel(buffered, CompressionLevel)
+	z := newMemberWriter(buffered, o.compression)
 	uncompressed := sha256.New()
 	tw := newTarWriter(io.MultiWriter(z, uncompressed), mtime)
 	if err := fill(tw); err != nil {
@@ -391,20 +375,17 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
-	}
 	l := &fileLayer{
-		digest:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
-		diffID:    v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
-		size:      compressed.n,
-		mediaType: o.mediaType,
+		digest:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(compressed.Sum(nil))},
+		diffID:      v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(uncompressed.Sum(nil))},
+		size:        compressed.n,
+		mediaType:   o.mediaType,
+		compression: o.compression,
 	}
-	l.path = filepath.Join(dir, l.digest.Hex+".tar.gz")
-	if err := os.Rename(f.Name(), l.path); err != nil {
+	l.path = fsys.Layers.Path(o.cacheRoot, l.digest.Hex+o.compression.ext())
+	if err := f.Commit(l.path); err != nil {
 		return nil, fmt.Errorf("keep the layer in the cache: %w", err)
 	}
-	done = true
 	return l, nil
 }
 
@@ -415,14 +396,29 @@ type record struct {
 	Size   int64  `json:"size"`
 }
 
+// recordCache is the cache of fsys's table that keeps the records of a kind of layer.
+func recordCache(kind string) fsys.Cache {
+	switch kind {
+	case "deps":
+		return fsys.DepsLayers
+	case "global":
+		return fsys.GlobalLayers
+	}
+	return fsys.FileLayers
+}
+
 func (o *options) recordPath(kind, key string) string {
-	return filepath.Join(o.layersDir(), kind, key+".json")
+	name := key + ".json"
+	if o.compression == Zstd { // gzip's records keep the names they had before zstd
+		name = key + "." + string(Zstd) + ".json"
+	}
+	return recordCache(kind).Path(o.cacheRoot, name)
 }
 
 // lookup returns the layer kept under key, or nil when there is none (or it is gone).
 func (o *options) lookup(kind, key string) *fileLayer {
-	data, err := os.ReadFile(o.recordPath(kind, key))
-	if err != nil {
+	data, ok := recordCache(kind).Read(o.recordPath(kind, key))
+	if !ok {
 		return nil
 	}
 	var r record
@@ -434,8 +430,8 @@ func (o *options) lookup(kind, key string) *fileLayer {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	l := &fileLayer{path: filepath.Join(o.layersDir(), "sha256", digest.Hex+".tar.gz"),
-		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType}
+	l := &fileLayer{path: fsys.Layers.Path(o.cacheRoot, digest.Hex+o.compression.ext()),
+		digest: digest, diffID: diffID, size: r.Size, mediaType: o.mediaType, compression: o.compression}
 	if info, err := os.Stat(l.path); err != nil || info.Size() != r.Size {
 		return nil
 	}
@@ -447,6 +443,7 @@ func (o *options) lookup(kind, key string) *fileLayer {
 		o.warn(fmt.Sprintf("the cache %s held a damaged layer (%v): it is removed, and the layer made again", o.layersDir(), err))
 		return nil
 	}
+	fsys.Touch(l.path) // used: the last to go when the cache is pruned
 	return l
 }
 
@@ -470,25 +467,7 @@ func verify(path string, digest v1.Hash) error {
 // keep records l under key.
 func (o *options) keep(kind, key string, l *fileLayer) error {
 	data, _ := json.Marshal(record{Digest: l.digest.String(), DiffID: l.diffID.String(), Size: l.size})
-	path := o.recordPath(kind, key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
 	// written whole beside it and renamed over it: a run that stops, or another one at once,
 	// never leaves a record half written
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return fsys.WriteFile(o.recordPath(kind, key), data, 0o644)
 }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies
@@ -405,7 +405,7 @@ func readOptional(path string) string {
 	if path == "" {
 		return ""
 	}
-	data, err := toa.ReadFile(path, toa.MaxPackageSize) // a pipe or a device is left out, not waited on
+	data, err := fsys.ReadFile(path, fsys.MaxPackageSize) // a pipe or a device is left out, not waited on
 	if err != nil {
 		return ""
 	}

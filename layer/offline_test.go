@@ -32,9 +32,7 @@ func TestDependenciesFromTheCacheAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	director := proxy.Director
-	proxy.Director = func(r *http.Request) { director(r); r.Host = target.Host }
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target) }}
 	server := &http.Server{Handler: proxy}
 	go server.Serve(l)
 	registry := "http://" + l.Addr().String() + "/"

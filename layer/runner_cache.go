@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // What node says of itself depends on its binary alone: DetectRunnerCached keeps DetectRunner's
@@ -32,7 +34,7 @@ func DetectRunnerCached(ctx context.Context, dir string) (*Runner, error) {
 	if err != nil || dir == "" {
 		return DetectRunner(ctx)
 	}
-	path := filepath.Join(dir, "runner.json")
+	path := fsys.Runner.Path(dir, "runner.json")
 	if r := readRunner(path, key); r != nil {
 		npm, err := npmVersion(ctx)
 		if err != nil {
@@ -71,12 +73,8 @@ func nodeFingerprint() (string, error) {
 }
 
 func readRunner(path, key string) *Runner {
-	info, err := os.Stat(path)
-	if err != nil || !info.Mode().IsRegular() || info.Size() > 64<<10 {
-		return nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	data, ok := fsys.Runner.Read(path) // a pipe or a device there is no answer, never a wait
+	if !ok {
 		return nil
 	}
 	var rec runnerRecord
@@ -92,20 +90,5 @@ func writeRunner(path string, rec runnerRecord) {
 	if err != nil {
 		return
 	}
-	if os.MkdirAll(filepath.Dir(path), 0o755) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".runner-*")
-	if err != nil {
-		return
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return
-	}
-	if tmp.Close() != nil {
-		return
-	}
-	os.Rename(tmp.Name(), path)
+	_ = fsys.WriteFile(path, data, 0o644)
 }

@@ -15,8 +15,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/kustomize"
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/kinds"
 )
 
 // ContextLabel is the label every object of an application carries: the Toa context's name.
@@ -36,7 +36,7 @@ const header = "# Written by toa-push"
 // touching selectors, which are immutable on a Deployment.
 func Kustomization(objects []Object, images []types.Image, contextName string) (map[string][]byte, error) {
 	files := map[string][]byte{}
-	var kinds []string
+	var written []string // the kinds, a file each
 	for _, obj := range objects {
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		if kind == "" {
@@ -51,16 +51,16 @@ func Kustomization(objects []Object, images []types.Image, contextName string) (
 			files[name] = append(append(files[name], "---\n"...), data...)
 		} else {
 			files[name] = data
-			kinds = append(kinds, kind)
+			written = append(written, kind)
 		}
 	}
-	slices.SortStableFunc(kinds, func(a, b string) int { return kustomize.Stage(a) - kustomize.Stage(b) })
+	slices.SortStableFunc(written, func(a, b string) int { return kinds.Stage(a) - kinds.Stage(b) })
 
 	k := types.Kustomization{
 		TypeMeta: types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
 		Labels:   []types.Label{{Pairs: map[string]string{ContextLabel: contextName}, IncludeSelectors: false}},
 	}
-	for _, kind := range kinds {
+	for _, kind := range written {
 		k.Resources = append(k.Resources, fileName(kind))
 	}
 	seen := map[string]bool{}
@@ -210,7 +210,7 @@ func ReadKustomization(dir string) (map[string][]byte, *types.Kustomization, err
 		if !e.Type().IsRegular() {
 			return nil, nil, &fault.Input{File: filepath.Join(dir, e.Name()), Message: "is not a file, and toa-push writes only files into a kustomization"}
 		}
-		data, err := toa.ReadFile(filepath.Join(dir, e.Name()), toa.MaxLockSize)
+		data, err := fsys.ReadFile(filepath.Join(dir, e.Name()), fsys.MaxLockSize)
 		if err != nil {
 			return nil, nil, fmt.Errorf("read the kustomization in %s: %w", dir, err)
 		}
@@ -247,49 +247,26 @@ func WriteKustomization(dir string, files map[string][]byte) error {
 	if err != nil {
 		return err
 	}
-	exists, err := replaceable(abs)
-	if err != nil {
+	if _, err := replaceable(abs); err != nil {
 		return err
-	}
-	parent := filepath.Dir(abs)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return fmt.Errorf("write the kustomization: %w", err)
-	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(abs)+".new-")
-	if err != nil {
-		return fmt.Errorf("write the kustomization: %w", err)
-	}
-	defer os.RemoveAll(tmp) // gone by rename when all goes well
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return fmt.Errorf("write the kustomization: %w", err)
 	}
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	for _, name := range names {
-		if err := writeFile(filepath.Join(tmp, name), files[name]); err != nil {
-			return fmt.Errorf("write the kustomization: %w", err)
-		}
-	}
-	if !exists {
-		if err := os.Rename(tmp, abs); err != nil {
-			return fmt.Errorf("write the kustomization: %w", err)
+	err = fsys.ReplaceDir(abs, 0o755, func(tmp string) error {
+		for _, name := range names {
+			if err := writeFile(filepath.Join(tmp, name), files[name]); err != nil {
+				return err
+			}
 		}
 		return nil
-	}
-	old := tmp + ".old"
-	if err := os.Rename(abs, old); err != nil {
-		return fmt.Errorf("write the kustomization: move the old one aside: %w", err)
-	}
-	if err := os.Rename(tmp, abs); err != nil {
-		if back := os.Rename(old, abs); back != nil {
-			return fmt.Errorf("write the kustomization: %w (and the old one is left at %s: %w)", err, old, back)
-		}
+	})
+	if err != nil {
 		return fmt.Errorf("write the kustomization: %w", err)
 	}
-	return os.RemoveAll(old)
+	return nil
 }
 
 // replaceable says whether dir exists, and refuses a dir that is not an earlier kustomization of

@@ -288,7 +288,7 @@ func compareFolders(t *testing.T, got, want string) {
 	if *update {
 		os.RemoveAll(want)
 	}
-	gotNames, wantNames := fileNames(t, got), []string{}
+	gotNames := fileNames(t, got)
 	for _, name := range gotNames {
 		data, err := os.ReadFile(filepath.Join(got, name))
 		if err != nil {
@@ -297,7 +297,7 @@ func compareFolders(t *testing.T, got, want string) {
 		golden(t, filepath.Join(want, name), data)
 	}
 	if !*update {
-		wantNames = fileNames(t, want)
+		wantNames := fileNames(t, want)
 		if !reflect.DeepEqual(gotNames, wantNames) {
 			t.Errorf("files %v, want %v", gotNames, wantNames)
 		}

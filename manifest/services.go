@@ -56,7 +56,6 @@ func claim(app *toa.Application, declared []*Service, mono bool) ([]*Service, er
 // service's own) a port is bound once. The readiness probe of every workload is claimed first.
 func reserve(app *toa.Application, services []*Service, probe *Probe) error {
 	claimed := map[string]map[int32]string{}
-	var order []string
 	for _, s := range services {
 		workloads := s.Workload
 		if len(workloads) == 0 {
@@ -70,7 +69,6 @@ func reserve(app *toa.Application, services []*Service, probe *Probe) error {
 					ports[probe.Port] = "the readiness probe"
 				}
 				claimed[w] = ports
-				order = append(order, w)
 			}
 			for _, p := range servicePorts(s) {
 				if other, taken := ports[p.port]; taken {

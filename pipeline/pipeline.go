@@ -17,8 +17,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/toa-deploy/toa-deploy/attest"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // DefaultKustomization is where the kustomization goes when WithKustomization does not say.
@@ -31,7 +33,7 @@ type options struct {
 	mono           bool
 	kustomization  string
 	ociLayout      string
-	registries     *image.Registries
+	registries     *registry.Registries
 	resolveTimeout time.Duration
 	cacheDir       string
 	log            logrus.FieldLogger
@@ -45,6 +47,9 @@ type options struct {
 	planning       bool // Plan: a base out of reach is planned from the cache
 	sbom           attest.Format
 	signer         *attest.Signer
+	compression    layer.Compression
+
+	artifact, artifactSource, artifactRevision string // WithArtifact
 }
 
 // WithMono plans one mono image and deployment, as Toa's --mono.
@@ -57,6 +62,9 @@ func WithAttestation(format attest.Format, signer *attest.Signer) Option {
 	return func(o *options) { o.sbom, o.signer = format, signer }
 }
 
+// WithCompression sets how the layers toa-push makes are compressed. Default: layer.Gzip.
+func WithCompression(c layer.Compression) Option { return func(o *options) { o.compression = c } }
+
 // WithKustomization sets the folder the kustomization goes to. Default: DefaultKustomization,
 // or, with WithOCILayout, the layout's kustomization folder.
 func WithKustomization(dir string) Option { return func(o *options) { o.kustomization = dir } }
@@ -65,14 +73,14 @@ func WithKustomization(dir string) Option { return func(o *options) { o.kustomiz
 func WithOCILayout(dir string) Option { return func(o *options) { o.ociLayout = dir } }
 
 // WithRegistries sets how registries are reached: credentials, TLS, mirrors. Default:
-// image.NewRegistries() with none of its options.
-func WithRegistries(r *image.Registries) Option { return func(o *options) { o.registries = r } }
+// registry.NewRegistries() with none of its options.
+func WithRegistries(r *registry.Registries) Option { return func(o *options) { o.registries = r } }
 
 // WithResolveTimeout bounds the resolution of each base. Default: 20 s.
 func WithResolveTimeout(d time.Duration) Option { return func(o *options) { o.resolveTimeout = d } }
 
 // WithCacheDir sets toa-push's cache: layers, npm's cache, what was learnt of the bases.
-// Default: layer.DefaultCacheDir().
+// Default: fsys.CacheRoot().
 func WithCacheDir(dir string) Option { return func(o *options) { o.cacheDir = dir } }
 
 // WithLogger receives what is done, step by step (debug), and what was written (info).
@@ -118,14 +126,14 @@ func newOptions(opts []Option) (*options, error) {
 		o.events = func(image.Event) {}
 	}
 	if o.cacheDir == "" {
-		dir, err := layer.DefaultCacheDir()
+		dir, err := fsys.CacheRoot()
 		if err != nil {
 			return nil, err
 		}
 		o.cacheDir = dir
 	}
 	if o.registries == nil {
-		r, err := image.NewRegistries()
+		r, err := registry.NewRegistries()
 		if err != nil {
 			return nil, err
 		}
@@ -134,6 +142,9 @@ func newOptions(opts []Option) (*options, error) {
 	if o.layers == nil {
 		o.layers = func(p *Planned) image.Layers {
 			opts := []layer.Option{layer.WithCacheDir(o.cacheDir), layer.WithWarnings(o.warn), layer.WithEpoch(p.epoch)}
+			if o.compression != "" {
+				opts = append(opts, layer.WithCompression(o.compression))
+			}
 			if p.runner != nil {
 				opts = append(opts, layer.WithRunner(p.runner))
 			}

@@ -32,9 +32,9 @@ import (
 // layers made without npm: the push logic, hermetic, in `make unit`. The same paths against a
 // real registry, with npm, are cmd/toa-push's end-to-end tests.
 
-// registry serves go-containerregistry's in-memory registry, with its requests recorded, and
+// memoryRegistry serves go-containerregistry's in-memory registry, with its requests recorded, and
 // pushes the test base to it where the pushed application names it.
-func registry(t *testing.T) (string, *harness.Recorder, func()) {
+func memoryRegistry(t *testing.T) (string, *harness.Recorder, func()) {
 	t.Helper()
 	addr, rec, stop := harness.MemoryRegistryWithLog(t)
 	harness.PushRandomBase(t, addr+"/bases/node:test")
@@ -136,7 +136,7 @@ func (fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	return tarLayer(files)
 }
 
-func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Target) (v1.Layer, error) {
+func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Target, _ int) ([]v1.Layer, error) {
 	if c.PackageJSON == "" {
 		return nil, nil
 	}
@@ -144,7 +144,11 @@ func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Targ
 	if err != nil {
 		return nil, err
 	}
-	return tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
+	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
+	if err != nil {
+		return nil, err
+	}
+	return []v1.Layer{l}, nil
 }
 
 func (fakeLayers) Global(context.Context, []string, image.Target) (v1.Layer, error) { return nil, nil }
@@ -178,7 +182,7 @@ func kustomizationImages(t *testing.T, dir string) map[string]string {
 // The push paths of the pipeline, hermetic: a plan, a first push, a push with no change, a code
 // change, and a failed push that leaves no tag.
 func TestPushToARegistry(t *testing.T) {
-	addr, rec, _ := registry(t)
+	addr, rec, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	k := filepath.Join(t.TempDir(), "deployment")
 	opts := testOptions(t, WithKustomization(k))
@@ -336,7 +340,7 @@ func assertComplete(t *testing.T, ref string) {
 // An OCI layout written with no target registry in reach, then pushed from: the same digests and
 // the same kustomization as a push straight to the registry.
 func TestPushThroughAnOCILayout(t *testing.T) {
-	addr, rec, _ := registry(t)
+	addr, rec, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	ctx := context.Background()
 
@@ -388,7 +392,7 @@ func TestPushThroughAnOCILayout(t *testing.T) {
 // Output folders toa-push would refuse are refused before any work: nothing is asked of the
 // registry, nothing built.
 func TestOutputFoldersCheckedFirst(t *testing.T) {
-	addr, rec, _ := registry(t)
+	addr, rec, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	foreign := t.TempDir()
 	if err := os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644); err != nil {
@@ -423,7 +427,7 @@ func TestOutputFoldersCheckedFirst(t *testing.T) {
 // warning that says how old they are; never reached, nothing is written and the plan fails. A
 // push never plans from the cache.
 func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
-	addr, _, stop := registry(t)
+	addr, _, stop := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
 	ctx := context.Background()
@@ -474,7 +478,7 @@ func TestPlanWithTheBaseRegistryStopped(t *testing.T) {
 // A base whose registry answers that it is gone is not planned from the cache: the registry said
 // something, and the plan fails with it instead of pinning what the tag used to be.
 func TestPlanWithTheBaseGone(t *testing.T) {
-	addr, _, _ := registry(t)
+	addr, _, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	cache := t.TempDir()
 	ctx := context.Background()
@@ -513,7 +517,7 @@ func TestPlanWithTheBaseGone(t *testing.T) {
 // A file that usually holds a secret in a component's sources is named by every run, --plan
 // included, once, before anything is built; one the manifest's ignore leaves out is not.
 func TestSecretsNamedByEveryRun(t *testing.T) {
-	addr, _, _ := registry(t)
+	addr, _, _ := memoryRegistry(t)
 	dir := copyApp(t, "pushed", addr)
 	orders := filepath.Join(dir, "components", "shop.orders")
 	if err := os.WriteFile(filepath.Join(orders, ".env"), []byte("TOKEN=secret\n"), 0o600); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/manifest"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -184,7 +185,7 @@ func resolveBases(ctx context.Context, app *toa.Application, spec image.PlanOpti
 		}
 		// Only a base whose registry gave no answer is planned from the cache: one it answered
 		// about (not found, refused) has changed, and the plan fails with what it said.
-		if !o.planning || !image.OutOfReach(bases[i].Err) {
+		if !o.planning || !registry.OutOfReach(bases[i].Err) {
 			continue
 		}
 		cached, when := cache.Load(ref)
@@ -193,7 +194,7 @@ func resolveBases(ctx context.Context, app *toa.Application, spec image.PlanOpti
 		}
 		cached.Source, cached.Mirror = bases[i].Source, bases[i].Mirror
 		o.warn(fmt.Sprintf("%v; planned from its digests as they were %s ago (kept in %s): its tag may have moved since",
-			&image.RegistryError{What: bases[i].String(), Err: bases[i].Err}, age(o.now().Sub(when)), cache.Dir()))
+			registry.Wrap(bases[i].String(), "", bases[i].Err), age(o.now().Sub(when)), cache.Dir()))
 		out[ref] = cached
 	}
 	return out, nil
@@ -230,8 +231,8 @@ func pins(p *Planned, digests map[string]string) ([]types.Image, error) {
 			e := &NotWrittenError{Why: fmt.Sprintf("the tag of %s is not known: %s", img.Name, img.Unresolved)}
 			if b := p.bases[img.Base]; b != nil && b.Err != nil {
 				e.Why = fmt.Sprintf("the tag of %s is not known", img.Name)
-				e.Err = &image.RegistryError{What: b.String(), Err: b.Err, Need: "to plan the tag of " + img.Name}
-				if image.OutOfReach(b.Err) {
+				e.Err = registry.Wrap(b.String(), "to plan the tag of "+img.Name, b.Err)
+				if registry.OutOfReach(b.Err) {
 					e.Hint = fmt.Sprintf("a plan that reaches it keeps its digests in the cache (%s), and a later plan without it plans from them", image.NewBaseCache(p.cacheDir).Dir())
 				}
 			}

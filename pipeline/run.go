@@ -21,6 +21,8 @@ type Report struct {
 	Kustomization        string // the folder written
 	Layout               string // the OCI layout written to, or ""
 	FromLayout           string // the OCI layout pushed from, or ""
+
+	Artifact *ArtifactReport // the kustomization as a Flux artifact (WithArtifact), or nil
 }
 
 // PlanReport is what a plan found: the plan, the images the destination already has, and the
@@ -40,6 +42,9 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 		return nil, err
 	}
 	if err := checkOutputs(o); err != nil {
+		return nil, err
+	}
+	if err := checkArtifactRef(o.artifact); err != nil {
 		return nil, err
 	}
 	p, dest, err := start(ctx, path, env, o)
@@ -64,7 +69,13 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 		return nil, err
 	}
 	o.log.Debugf("wrote the kustomization to %s", dir)
-	return &Report{Context: p.App.Name, Environment: p.App.Environment, Result: result, Kustomization: dir, Layout: o.ociLayout}, nil
+	report := &Report{Context: p.App.Name, Environment: p.App.Environment, Result: result, Kustomization: dir, Layout: o.ociLayout}
+	if o.artifact != "" {
+		if report.Artifact, err = o.pushArtifact(ctx, dest, dir, p.epoch, p.App.Name, p.App.Environment); err != nil {
+			return nil, err
+		}
+	}
+	return report, nil
 }
 
 // attacher attaches what WithAttestation asks for to the images of p, or nothing.
@@ -160,11 +171,15 @@ func PushLayout(ctx context.Context, dir string, opts ...Option) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	artifactReport, err := o.pushLayoutArtifact(ctx, layout)
+	if err != nil {
+		return nil, err
+	}
 	if err := manifest.WriteKustomization(to, files); err != nil {
 		return nil, err
 	}
 	o.log.Debugf("copied the kustomization from %s to %s", from, to)
-	report := &Report{Result: result, Kustomization: to, FromLayout: dir}
+	report := &Report{Result: result, Kustomization: to, FromLayout: dir, Artifact: artifactReport}
 	for _, e := range entries {
 		report.Context, report.Environment = e.Annotations[image.AnnotationContext], e.Annotations[image.AnnotationEnvironment]
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	kube "github.com/toa-deploy/toa-deploy/cluster"
+	"github.com/toa-deploy/toa-deploy/fault"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,9 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
-
-	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // Options tune Apply and Delete.
@@ -34,6 +33,13 @@ type Options struct {
 	Prune bool
 	// Version is toa-apply's, written into the parent's tooling annotation.
 	Version string
+	// OnlyOwn applies objects only where the application already holds them or may create
+	// them: an object of the namespace applied to that does not exist yet, or an object that
+	// exists and is a member of the set. A cluster-scoped object or one in another namespace that
+	// the set does not hold, and an existing object that is not the set's (a Helm release's
+	// included), are refused before anything is applied (*NotHeldError). A rollback applies
+	// with OnlyOwn: what a revision holds is never trusted to take what the application never had.
+	OnlyOwn bool
 	// Logf, when set, hears each step.
 	Logf func(format string, args ...any)
 }
@@ -50,15 +56,8 @@ func (o Options) logf(format string, args ...any) {
 //
 // A field another manager owns with another value is a *ConflictError, unless opts.Force;
 // objects the cluster cannot take are an *fault.Input.
-func Apply(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
-	if _, err := setOf(objects, opts.Namespace); err != nil {
-		return nil, err
-	}
-	c, err := newClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return applyWith(ctx, c, objects, opts)
+func Apply(ctx context.Context, k *kube.Client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	return applyWith(ctx, clientOf(k), objects, opts)
 }
 
 func applyWith(ctx context.Context, c *client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
@@ -69,6 +68,11 @@ func applyWith(ctx context.Context, c *client, objects []*unstructured.Unstructu
 	a := &applier{c: c, opts: opts, set: set, res: &Result{Set: set, DryRun: opts.DryRun},
 		releases: map[string]*HelmRelease{}}
 	objects = members(objects, set)
+	if opts.OnlyOwn {
+		if err := a.held(ctx, objects); err != nil {
+			return a.res, err
+		}
+	}
 	err = a.run(ctx, objects)
 	if err == nil || opts.DryRun || len(a.res.Applied) == 0 {
 		return a.res, err // nothing changed on the cluster, or all of it did
@@ -284,13 +288,15 @@ func changeOf(before, after *unstructured.Unstructured) Change {
 	if before == nil {
 		return Created
 	}
-	if reflect.DeepEqual(withoutBookkeeping(before), withoutBookkeeping(after)) {
+	if reflect.DeepEqual(WithoutBookkeeping(before), WithoutBookkeeping(after)) {
 		return Unchanged
 	}
 	return Configured
 }
 
-func withoutBookkeeping(obj *unstructured.Unstructured) map[string]any {
+// WithoutBookkeeping is a copy of obj's fields without status, managedFields, resourceVersion
+// and generation: what two versions of an object are compared by.
+func WithoutBookkeeping(obj *unstructured.Unstructured) map[string]any {
 	c := obj.DeepCopy().Object
 	delete(c, "status")
 	if md, ok := c["metadata"].(map[string]any); ok {

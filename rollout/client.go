@@ -5,46 +5,36 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
+	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
-// client is what apply, prune, delete, wait and the revisions talk to the cluster with: the
-// dynamic client, the typed one for the kinds the wait reads, and a REST mapper from discovery,
-// kept in memory for the run and reset when CRDs are added. Unit tests make one of client-go's
-// fakes.
+// client is the run's cluster.Client as apply, prune, delete and wait use it: the dynamic
+// client, the typed one for the kinds the wait reads, and the REST mapper, reset when CRDs are
+// added.
 type client struct {
 	dyn    dynamic.Interface
 	cs     kubernetes.Interface
 	mapper meta.ResettableRESTMapper
 }
 
+// clientOf is the run's client as this package's own.
+func clientOf(k *kube.Client) *client {
+	return &client{dyn: k.Dynamic, cs: k.Typed, mapper: k.Mapper}
+}
+
+// newClient builds a client of its own, for the entry points that are given a configuration
+// rather than the run's client (Wait).
 func newClient(cfg *rest.Config) (*client, error) {
-	cfg = rest.CopyConfig(cfg)
-	// client-go's default of 5 requests a second would make a run of a few dozen objects wait on
-	// the client rather than on the cluster.
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	k, err := kube.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
+		return nil, err
 	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("discovery client for %s: %w", cfg.Host, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
-	}
-	return &client{dyn: dyn, cs: cs, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}, nil
+	return clientOf(k), nil
 }
 
 // mapping finds the resource of a kind; a kind the cluster does not serve is the input's fault.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
@@ -25,6 +26,7 @@ import (
 type cluster struct {
 	kubeconfig string
 	cfg        *rest.Config
+	k          *kube.Client // the run's client, as toa-apply builds it once
 	cs         kubernetes.Interface
 	ns         string
 }
@@ -43,7 +45,11 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{kubeconfig: kubeconfig, cfg: cfg, cs: cs, ns: harness.Namespace(t, kubeconfig)}
+	k, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{kubeconfig: kubeconfig, cfg: cfg, k: k, cs: cs, ns: harness.Namespace(t, kubeconfig)}
 }
 
 func (c *cluster) opts() Options {
@@ -55,7 +61,7 @@ func (c *cluster) apply(t *testing.T, objects ...*unstructured.Unstructured) *Re
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Apply(ctx, c.cfg, objects, c.opts())
+	res, err := Apply(ctx, c.k, objects, c.opts())
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}

@@ -105,7 +105,7 @@ func TestWaitForReplacedPods(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+	res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestPrune(t *testing.T) {
 	// a dry run says what would go, and nothing goes
 	opts := c.opts()
 	opts.DryRun = true
-	dry, err := Apply(ctx, c.cfg, carts, opts)
+	dry, err := Apply(ctx, c.k, carts, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestFailFast(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			start := time.Now()
-			res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+			res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestTimeout(t *testing.T) {
 	spec := deploymentSpec{name: "carts", replicas: 2, selector: map[string]string{"toa-test/no-such-node": "true"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := Apply(ctx, c.cfg, app(t, spec), c.opts())
+	res, err := Apply(ctx, c.k, app(t, spec), c.opts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,8 +300,8 @@ func TestTimeout(t *testing.T) {
 		t.Fatalf("Wait = %v, want a *fault.Timeout of an *Awaiting", err)
 	}
 	t.Logf("timeout: %v", err)
-	if len(awaiting.Deployments) != 1 || awaiting.Deployments[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
-		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Deployments)
+	if len(awaiting.Objects) != 1 || awaiting.Objects[0].Name != "composition-carts" || !strings.Contains(err.Error(), "composition-carts: ") {
+		t.Errorf("the timeout does not say what was awaited: %+v", awaiting.Objects)
 	}
 }
 
@@ -319,7 +319,7 @@ func TestConflict(t *testing.T) {
 		metav1.PatchOptions{FieldManager: "autoscaler-test", Force: &force}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Apply(ctx, c.cfg, objects, c.opts())
+	_, err := Apply(ctx, c.k, objects, c.opts())
 	var conflict *ConflictError
 	if !errors.As(err, &conflict) {
 		t.Fatalf("Apply = %v, want a *ConflictError", err)
@@ -336,7 +336,7 @@ func TestConflict(t *testing.T) {
 
 	opts := c.opts()
 	opts.Force = true
-	res, err := Apply(ctx, c.cfg, objects, opts)
+	res, err := Apply(ctx, c.k, objects, opts)
 	if err != nil {
 		t.Fatalf("Apply with Force: %v", err)
 	}
@@ -351,8 +351,8 @@ func TestConflict(t *testing.T) {
 		t.Errorf("replicas %d after Force, want 2", *d.Spec.Replicas)
 	}
 	for _, e := range d.ManagedFields {
-		if e.Manager == "autoscaler-test" && e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), "f:replicas") {
-			t.Errorf("autoscaler-test still owns .spec.replicas: %s", e.FieldsV1.Raw)
+		if e.Manager == "autoscaler-test" && e.FieldsV1 != nil && strings.Contains(e.FieldsV1.GetRawString(), "f:replicas") {
+			t.Errorf("autoscaler-test still owns .spec.replicas: %s", e.FieldsV1.GetRawString())
 		}
 	}
 }
@@ -425,7 +425,7 @@ func TestAdoptHelm(t *testing.T) {
 		}
 		for _, e := range m.ManagedFields {
 			if e.Manager == "helm" {
-				t.Errorf("%s: helm still manages fields: %s", m.Name, e.FieldsV1.Raw)
+				t.Errorf("%s: helm still manages fields: %s", m.Name, e.FieldsV1.GetRawString())
 			}
 		}
 		if m.Labels[LabelPartOf] != res.Set.ID {
@@ -460,7 +460,7 @@ func TestDelete(t *testing.T) {
 	}
 
 	start := time.Now()
-	res, err := Delete(ctx, c.cfg, objects, c.opts())
+	res, err := Delete(ctx, c.k, objects, c.opts())
 	if err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
@@ -494,7 +494,7 @@ func TestDryRun(t *testing.T) {
 	objects := app(t, deploymentSpec{name: "carts"})
 	opts := c.opts()
 	opts.DryRun = true
-	res, err := Apply(ctx, c.cfg, objects, opts)
+	res, err := Apply(ctx, c.k, objects, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ func TestDryRun(t *testing.T) {
 
 	c.apply(t, objects...)
 	changed := app(t, deploymentSpec{name: "carts", image: "registry.local/shop/carts:v2"})
-	res, err = Apply(ctx, c.cfg, changed, opts)
+	res, err = Apply(ctx, c.k, changed, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +563,7 @@ func TestCRD(t *testing.T) {
 		// the CRD is cluster-scoped: the namespace's deletion does not take it
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := Delete(ctx, c.cfg, []*unstructured.Unstructured{crd}, c.opts()); err != nil {
+		if _, err := Delete(ctx, c.k, []*unstructured.Unstructured{crd}, c.opts()); err != nil {
 			t.Errorf("delete the CRD: %v", err)
 		}
 	})
@@ -587,7 +587,7 @@ func TestCRD(t *testing.T) {
 	}
 
 	start := time.Now()
-	del, err := Delete(ctx, c.cfg, objects, c.opts())
+	del, err := Delete(ctx, c.k, objects, c.opts())
 	if err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
@@ -609,7 +609,7 @@ func TestPartlyApplied(t *testing.T) {
 	broken := service("prices")
 	broken.Spec.Ports[0].Port = 99999 // the API server refuses it
 	objects := append(app(t, deploymentSpec{name: "orders", replicas: 1}), u(t, broken))
-	res, err := Apply(ctx, c.cfg, objects, c.opts())
+	res, err := Apply(ctx, c.k, objects, c.opts())
 	var partly *PartlyAppliedError
 	if !errors.As(err, &partly) {
 		t.Fatalf("Apply = %v, want a *PartlyAppliedError", err)

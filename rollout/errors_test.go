@@ -37,12 +37,12 @@ func TestConflicts(t *testing.T) {
 }
 
 func TestAwaiting(t *testing.T) {
-	err := fault.TimedOut(&Awaiting{Deployments: []Status{{Name: "composition-a", Message: "2 old pods terminating: a-1, a-2"}}})
+	err := fault.TimedOut(&Awaiting{Objects: []Status{{Name: "composition-a", Message: "2 old pods terminating: a-1, a-2"}}})
 	if !errors.Is(err, context.DeadlineExceeded) || fault.ClassOf(err) != fault.ClassTimeout {
 		t.Error("a wait's timeout is not a timeout")
 	}
 	var a *Awaiting
-	if !errors.As(err, &a) || len(a.Deployments) != 1 {
+	if !errors.As(err, &a) || len(a.Objects) != 1 {
 		t.Errorf("errors.As(%v, *Awaiting) = %v", err, a)
 	}
 	if want := "timed out waiting for deployment composition-a: 2 old pods terminating: a-1, a-2"; err.Error() != want {

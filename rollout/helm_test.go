@@ -28,7 +28,7 @@ func TestHelmRelease(t *testing.T) {
 	}
 }
 
-func fieldsV1(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+func fieldsV1(s string) *metav1.FieldsV1 { return metav1.NewFieldsV1(s) }
 
 // The patch moves Helm's fields, client-side (Update) or Helm 4's server-side (Apply), to one toa
 // Apply entry, and leaves the controller's status and other managers alone.
@@ -81,7 +81,7 @@ func TestAdoptionPatch(t *testing.T) {
 	if !ok || toa.Operation != metav1.ManagedFieldsOperationApply || len(entries) != 3 {
 		t.Fatalf("managed fields after the patch: %+v", entries)
 	}
-	raw := string(toa.FieldsV1.Raw)
+	raw := toa.FieldsV1.GetRawString()
 	for _, field := range []string{`"f:app.kubernetes.io/managed-by"`, `"f:replicas"`, `"f:legacy"`} {
 		if !strings.Contains(raw, field) {
 			t.Errorf("toa's fields %s lack %s", raw, field)

@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	kube "github.com/toa-deploy/toa-deploy/cluster"
 )
 
 var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -92,4 +96,22 @@ func writeParent(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 		return fmt.Errorf("write the ApplySet parent secret/%s in namespace %s: %w", set.Name, set.Namespace, err)
 	}
 	return nil
+}
+
+// Applications are the Toa contexts toa-apply has applied to the namespace: the names of its
+// ApplySet parents there, less the "toa-".
+func Applications(ctx context.Context, k *kube.Client, namespace string) ([]string, error) {
+	list, err := k.Dynamic.Resource(secrets).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelID})
+	if err != nil {
+		return nil, fmt.Errorf("list the applications in namespace %s: %w", namespace, err)
+	}
+	var out []string
+	for _, s := range list.Items {
+		name, ok := strings.CutPrefix(s.GetName(), "toa-")
+		if ok && toolingName(s.GetAnnotations()[AnnotationTooling]) == Tool && s.GetLabels()[LabelID] == NewSet(name, namespace).ID {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -12,7 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
+
+	kube "github.com/toa-deploy/toa-deploy/cluster"
 )
 
 // Workloads are deleted in the foreground: the API server keeps a pruned or deleted Deployment
@@ -122,24 +123,18 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 		}
 		a.opts.logf("%s pruned", m.ref)
 		a.res.Pruned = append(a.res.Pruned, m.ref)
-		a.res.pruned = append(a.res.pruned, m.obj)
+		a.res.PrunedObjects = append(a.res.PrunedObjects, m.obj)
 	}
 	return nil
 }
 
 // Delete removes the whole application the objects belong to from the namespace: every member of
-// its ApplySet, of the kinds the parent records and the objects have, and then the parent. It
-// returns once they are gone, their pods included. Objects without the set's label are left
+// its ApplySet, of the kinds the parent records and the objects have, and then the parent (the
+// revisions it owns are the revision package's to delete). It returns once they are gone, their
+// pods included. Objects without the set's label are left
 // alone, even if the objects name them.
-func Delete(ctx context.Context, cfg *rest.Config, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
-	if _, err := setOf(objects, opts.Namespace); err != nil {
-		return nil, err
-	}
-	c, err := newClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return deleteWith(ctx, c, objects, opts)
+func Delete(ctx context.Context, k *kube.Client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
+	return deleteWith(ctx, clientOf(k), objects, opts)
 }
 
 func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstructured, opts Options) (*Result, error) {
@@ -176,9 +171,6 @@ func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstruct
 		return res, nil
 	}
 	if err := waitGone(ctx, c, set, all, opts.logf); err != nil {
-		return res, err
-	}
-	if err := deleteRevisions(ctx, c, set); err != nil {
 		return res, err
 	}
 	if p.exists {

@@ -76,5 +76,6 @@ type Result struct {
 	Adopted    []Ref         `json:"adopted,omitempty"` // taken over from a Helm release
 	Helm       []HelmRelease `json:"helmReleases,omitempty"`
 
-	pruned []*unstructured.Unstructured // the pruned objects as they were, in Pruned's order
+	// PrunedObjects are the pruned objects as they were, in Pruned's order: what a diff shows.
+	PrunedObjects []*unstructured.Unstructured `json:"-"`
 }

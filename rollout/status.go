@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ var failingReasons = []string{
 	"InvalidImageName",
 }
 
-// State is where one Deployment's rollout stands.
+// State is where one object's rollout stands.
 type State struct {
 	Done    bool
 	Message string   // what is awaited, or that it rolled out
@@ -37,23 +38,29 @@ type State struct {
 	Recheck time.Time
 }
 
-// Failure is a rollout that cannot succeed, and why: the Deployment, and the pod and container
-// where the reason is one's.
+// Failure is a rollout that cannot succeed, and why: the object (a Deployment, StatefulSet,
+// DaemonSet, Job or custom resource) by kind and name, and the pod and container where the
+// reason is one's.
 type Failure struct {
-	Namespace  string `json:"namespace"`
-	Deployment string `json:"deployment"`
+	Group     string `json:"group,omitempty"`
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Deployment is Name again when the object is a Deployment, as -o json has said since
+	// before the wait knew other kinds.
+	Deployment string `json:"deployment,omitempty"`
 	Pod        string `json:"pod,omitempty"`
 	Container  string `json:"container,omitempty"`
 	Reason     string `json:"reason"`
 	Message    string `json:"message,omitempty"`
-	// Pods explain the failure: the failing pod, or the Deployment's pods that are not ready
-	// when the reason is the Deployment's.
+	// Pods explain the failure: the failing pod, or the object's pods that are not ready
+	// when the reason is the object's.
 	Pods []PodReport `json:"pods,omitempty"`
 }
 
 func (f *Failure) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "deployment %s", f.Deployment)
+	b.WriteString(f.object())
 	if f.Pod != "" {
 		fmt.Fprintf(&b, ": pod %s", f.Pod)
 	}
@@ -65,6 +72,13 @@ func (f *Failure) Error() string {
 		fmt.Fprintf(&b, ": %s", f.Message)
 	}
 	return b.String()
+}
+
+// object is the failed object as the words say it: "deployment composition-a" (a Failure made
+// with only Deployment set is a Deployment's).
+func (f *Failure) object() string {
+	kind, name := cmp.Or(f.Kind, deploymentKind.Kind), cmp.Or(f.Name, f.Deployment)
+	return strings.ToLower(kind) + " " + name
 }
 
 // DeploymentStatus is kubectl rollout status's verdict on a Deployment (kubectl
@@ -87,8 +101,7 @@ func kubectlStatus(d *appsv1.Deployment) (done bool, message string, err error) 
 		return false, "waiting for the deployment spec update to be observed", nil
 	}
 	if c := condition(d, appsv1.DeploymentProgressing); c != nil && c.Reason == timedOutReason {
-		return false, "", &Failure{Namespace: d.Namespace, Deployment: d.Name, Reason: timedOutReason,
-			Message: c.Message}
+		return false, "", failureOf(refOfDeployment(d), &Failure{Reason: timedOutReason, Message: c.Message})
 	}
 	s := d.Status
 	if d.Spec.Replicas != nil && s.UpdatedReplicas < *d.Spec.Replicas {
@@ -216,7 +229,7 @@ func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, n
 			}
 			f, at := PodFailure(p, now, grace)
 			if f != nil {
-				f.Deployment = d.Name
+				f = failureOf(refOfDeployment(d), f)
 				return State{Message: f.Reason, Failure: f}
 			}
 			if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
@@ -235,6 +248,10 @@ func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, n
 		return State{Message: message, Recheck: recheck}
 	}
 	return State{Done: true, Message: message}
+}
+
+func refOfDeployment(d *appsv1.Deployment) Ref {
+	return Ref{Group: deploymentKind.Group, Kind: deploymentKind.Kind, Namespace: d.Namespace, Name: d.Name}
 }
 
 func terminatingMessage(pods []*corev1.Pod) string {

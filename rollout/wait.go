@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +10,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
+	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -21,16 +26,34 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
-// Status is where one Deployment of the set stands while Wait waits.
+// Status is where one awaited object of the set (a Deployment, StatefulSet, DaemonSet, Job or
+// custom resource) stands while Wait waits.
 type Status struct {
+	Group     string   `json:"group,omitempty"`
+	Kind      string   `json:"kind"`
 	Namespace string   `json:"namespace"`
 	Name      string   `json:"name"`
 	Done      bool     `json:"done"`
 	Message   string   `json:"message"`
 	Pruned    bool     `json:"pruned,omitempty"` // awaited until it is gone
 	Failure   *Failure `json:"-"`
-	// Pods explain a Deployment still awaited when the time ran out: those not ready.
+	// Pods explain a workload still awaited when the time ran out: those not ready.
 	Pods []PodReport `json:"pods,omitempty"`
+}
+
+// Object names the object as kubectl does, by kind and name: deployment/composition-a, or for
+// a custom resource widget.example.com/w. A Status without a kind is a Deployment's.
+func (s Status) Object() string {
+	kind := strings.ToLower(cmp.Or(s.Kind, deploymentKind.Kind))
+	if custom(schema.GroupKind{Group: s.Group, Kind: s.Kind}) {
+		kind += "." + s.Group
+	}
+	return kind + "/" + s.Name
+}
+
+// words names the object in a sentence: "deployment composition-a".
+func (s Status) words() string {
+	return strings.ToLower(cmp.Or(s.Kind, deploymentKind.Kind)) + " " + s.Name
 }
 
 // WaitOptions tune Wait.
@@ -38,42 +61,51 @@ type WaitOptions struct {
 	// UnschedulableGrace is how long a pod may stay unschedulable before the rollout fails:
 	// the scheduler retries, and a node may come. Default 30s.
 	UnschedulableGrace time.Duration
-	// OnStatus hears each change of a Deployment's status, and each Deployment's first.
+	// OnStatus hears each change of an awaited object's status, and each one's first.
 	OnStatus func(Status)
 }
 
 // DefaultUnschedulableGrace is WaitOptions.UnschedulableGrace's default.
 const DefaultUnschedulableGrace = 30 * time.Second
 
-// target is a Deployment Wait waits for.
+// target is an object Wait waits for.
 type target struct {
-	namespace, name string
-	pruned          bool // wait until it is gone
-	seen            bool
-	rss, pods       cache.Store
-	last            Status
-	reported        bool
+	ref      Ref
+	pruned   bool // wait until it is gone
+	seen     bool
+	objects  cache.Store // the informer of its kind in its namespace
+	rss      cache.Store // a Deployment's ReplicaSets
+	pods     cache.Store // a workload's pods, by its selector
+	last     Status
+	reported bool
+}
+
+func (t *target) status() Status {
+	return Status{Group: t.ref.Group, Kind: t.ref.Kind, Namespace: t.ref.Namespace, Name: t.ref.Name, Pruned: t.pruned}
 }
 
 // Awaiting is what a wait was still waiting for when its time ran out. Wait returns it inside a
 // *fault.Timeout, so that the message says what was awaited and callers can read the list.
 type Awaiting struct {
-	Deployments []Status
+	Objects []Status
 }
 
 func (a *Awaiting) Error() string {
-	parts := make([]string, 0, len(a.Deployments))
-	for _, s := range a.Deployments {
-		parts = append(parts, fmt.Sprintf("deployment %s: %s", s.Name, s.Message))
+	parts := make([]string, 0, len(a.Objects))
+	for _, s := range a.Objects {
+		parts = append(parts, fmt.Sprintf("%s: %s", s.words(), s.Message))
 	}
 	return "timed out waiting for " + strings.Join(parts, "; ")
 }
 
-// Wait waits until every Deployment Apply applied has rolled out and every pod it replaced is
-// gone, and every Deployment it pruned is gone with its pods. One watch loop, no polling:
-// informers on the set's Deployments and, for each, on the ReplicaSets and pods its selector
-// matches, feed Check at each change. A failure is returned as soon as it is certain, as a
-// *Failure; the end of ctx's deadline is a *fault.Timeout around an *Awaiting.
+// Wait waits until every object Apply applied that has a rollout has finished it, and every
+// workload it pruned is gone with its pods. A Deployment, StatefulSet or DaemonSet is done when
+// its controller has rolled it out and no pod it replaced is left terminating; a Job when it is
+// Complete; a custom resource when its Ready condition is True (one without conditions is not
+// awaited). One watch loop, no polling: informers on the set's objects of each awaited kind and,
+// for each workload, on the pods (and a Deployment's ReplicaSets) its selector matches, feed the
+// verdicts at each change. A failure is returned as soon as it is certain, as a *Failure; the end
+// of ctx's deadline is a *fault.Timeout around an *Awaiting.
 func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) error {
 	if len(targetsOf(res)) == 0 {
 		return nil
@@ -85,20 +117,21 @@ func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) 
 	return waitFor(ctx, c, res, opts)
 }
 
-// targetsOf are the Deployments a result applied or pruned; none for a dry run.
+// targetsOf are the objects a result applied whose kind has a rollout, and the workloads it
+// pruned; none for a dry run.
 func targetsOf(res *Result) []*target {
 	if res == nil || res.DryRun {
 		return nil
 	}
 	var targets []*target
 	for _, a := range res.Applied {
-		if a.Group == "apps" && a.Kind == "Deployment" {
-			targets = append(targets, &target{namespace: a.Namespace, name: a.Name})
+		if awaited(a.GroupKind()) {
+			targets = append(targets, &target{ref: a.Ref})
 		}
 	}
 	for _, r := range res.Pruned {
-		if r.Group == "apps" && r.Kind == "Deployment" {
-			targets = append(targets, &target{namespace: r.Namespace, name: r.Name, pruned: true})
+		if workload(r.GroupKind()) {
+			targets = append(targets, &target{ref: r, pruned: true})
 		}
 	}
 	return targets
@@ -111,7 +144,7 @@ func waitFor(ctx context.Context, c *client, res *Result, opts WaitOptions) erro
 	targets := targetsOf(res)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := watchTargets(ctx, c.cs, res, targets)
+	w, err := watchTargets(ctx, c, res, targets)
 	if err != nil {
 		return err
 	}
@@ -123,11 +156,13 @@ func waitFor(ctx context.Context, c *client, res *Result, opts WaitOptions) erro
 	return err
 }
 
-// explain adds to a failure the report of the failing pod, or of the Deployment's unready pods,
-// and to a timeout the reports of each awaited Deployment's unready pods.
+// explain adds to a failure the report of the failing pod, or of the workload's unready pods,
+// and to a timeout the reports of each awaited workload's unready pods.
 func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, err error) {
-	find := func(namespace, name string) *target {
-		i := slices.IndexFunc(targets, func(t *target) bool { return t.namespace == namespace && t.name == name })
+	find := func(kind, namespace, name string) *target {
+		i := slices.IndexFunc(targets, func(t *target) bool {
+			return t.ref.Kind == kind && t.ref.Namespace == namespace && t.ref.Name == name
+		})
 		if i < 0 || targets[i].pods == nil {
 			return nil
 		}
@@ -137,7 +172,7 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 	var a *Awaiting
 	switch {
 	case errors.As(err, &f):
-		t := find(f.Namespace, f.Deployment)
+		t := find(f.Kind, f.Namespace, f.Name)
 		if t == nil {
 			return
 		}
@@ -149,9 +184,9 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 		}
 		f.Pods = reportPods(ctx, cs, pods)
 	case errors.As(err, &a):
-		for i, s := range a.Deployments {
-			if t := find(s.Namespace, s.Name); t != nil {
-				a.Deployments[i].Pods = reportPods(ctx, cs, unready(items[*corev1.Pod](t.pods)))
+		for i, s := range a.Objects {
+			if t := find(s.Kind, s.Namespace, s.Name); t != nil {
+				a.Objects[i].Pods = reportPods(ctx, cs, unready(items[*corev1.Pod](t.pods)))
 			}
 		}
 	}
@@ -159,29 +194,32 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 
 // watches are the informers of a wait: their stores, and a signal that any of them changed.
 type watches struct {
-	deployments map[string]cache.Store // by namespace
-	kick        chan struct{}
-	synced      []cache.InformerSynced
+	objects map[string]cache.Store // by group, kind and namespace
+	kick    chan struct{}
+	synced  []cache.InformerSynced
 }
 
-// watchTargets starts the informers of a wait, which run until ctx ends: the set's Deployments,
-// one informer per namespace, and each applied Deployment's ReplicaSets and pods by its selector.
-func watchTargets(ctx context.Context, cs kubernetes.Interface, res *Result, targets []*target) (*watches, error) {
-	w := &watches{deployments: map[string]cache.Store{}, kick: make(chan struct{}, 1)}
+// watchTargets starts the informers of a wait, which run until ctx ends: the set's objects of
+// each awaited kind, one informer per kind and namespace, and each applied workload's pods (and
+// a Deployment's ReplicaSets) by its selector.
+func watchTargets(ctx context.Context, c *client, res *Result, targets []*target) (*watches, error) {
+	w := &watches{objects: map[string]cache.Store{}, kick: make(chan struct{}, 1)}
+	partOf := LabelPartOf + "=" + res.Set.ID
 	for _, t := range targets {
-		if w.deployments[t.namespace] != nil {
-			continue
+		key := t.ref.Group + "/" + t.ref.Kind + "/" + t.ref.Namespace
+		if w.objects[key] == nil {
+			inf, err := objectInformer(c, t.ref, partOf)
+			if err != nil {
+				return nil, err
+			}
+			if w.objects[key], err = w.start(ctx, inf); err != nil {
+				return nil, err
+			}
 		}
-		inf := appsinformers.NewFilteredDeploymentInformer(cs, t.namespace, 0, cache.Indexers{},
-			func(o *metav1.ListOptions) { o.LabelSelector = LabelPartOf + "=" + res.Set.ID })
-		store, err := w.start(ctx, inf)
-		if err != nil {
-			return nil, err
-		}
-		w.deployments[t.namespace] = store
+		t.objects = w.objects[key]
 	}
 	for _, t := range targets {
-		if t.pruned {
+		if t.pruned || !workload(t.ref.GroupKind()) {
 			continue
 		}
 		selector, err := selectorOf(res, t)
@@ -189,14 +227,39 @@ func watchTargets(ctx context.Context, cs kubernetes.Interface, res *Result, tar
 			return nil, err
 		}
 		tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
-		if t.rss, err = w.start(ctx, appsinformers.NewFilteredReplicaSetInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
-			return nil, err
+		if t.ref.GroupKind() == deploymentKind {
+			if t.rss, err = w.start(ctx, appsinformers.NewFilteredReplicaSetInformer(c.cs, t.ref.Namespace, 0, cache.Indexers{}, tweak)); err != nil {
+				return nil, err
+			}
 		}
-		if t.pods, err = w.start(ctx, coreinformers.NewFilteredPodInformer(cs, t.namespace, 0, cache.Indexers{}, tweak)); err != nil {
+		if t.pods, err = w.start(ctx, coreinformers.NewFilteredPodInformer(c.cs, t.ref.Namespace, 0, cache.Indexers{}, tweak)); err != nil {
 			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// objectInformer is the informer of the set's objects of ref's kind in its namespace: typed for
+// the workloads, dynamic for custom resources.
+func objectInformer(c *client, ref Ref, labelSelector string) (cache.SharedIndexInformer, error) {
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = labelSelector }
+	ns := ref.Namespace
+	switch ref.GroupKind() {
+	case deploymentKind:
+		return appsinformers.NewFilteredDeploymentInformer(c.cs, ns, 0, cache.Indexers{}, tweak), nil
+	case statefulSetKind:
+		return appsinformers.NewFilteredStatefulSetInformer(c.cs, ns, 0, cache.Indexers{}, tweak), nil
+	case daemonSetKind:
+		return appsinformers.NewFilteredDaemonSetInformer(c.cs, ns, 0, cache.Indexers{}, tweak), nil
+	case jobKind:
+		return batchinformers.NewFilteredJobInformer(c.cs, ns, 0, cache.Indexers{}, tweak), nil
+	}
+	m, err := c.mapping(ref.GroupKind().WithVersion(ref.Version))
+	if err != nil {
+		return nil, err
+	}
+	lw := listWatch(c.dyn, c.resource(m, ns), "", labelSelector)
+	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}), nil
 }
 
 // start runs an informer whose every event kicks the loop, and returns its store.
@@ -247,7 +310,7 @@ func (w *watches) loop(ctx context.Context, targets []*target, opts WaitOptions)
 func (w *watches) checkAll(targets []*target, now time.Time, opts WaitOptions) (done bool, recheck time.Time, err error) {
 	done = true
 	for _, t := range targets {
-		s, at, err := t.check(w.deployments[t.namespace], now, opts.UnschedulableGrace)
+		s, at, err := t.check(now, opts.UnschedulableGrace)
 		if err != nil {
 			return false, time.Time{}, err
 		}
@@ -269,9 +332,9 @@ func (w *watches) checkAll(targets []*target, now time.Time, opts WaitOptions) (
 }
 
 // check is where a target stands in the informers' stores.
-func (t *target) check(deployments cache.Store, now time.Time, grace time.Duration) (Status, time.Time, error) {
-	s := Status{Namespace: t.namespace, Name: t.name, Pruned: t.pruned}
-	obj, exists, err := deployments.GetByKey(t.namespace + "/" + t.name)
+func (t *target) check(now time.Time, grace time.Duration) (Status, time.Time, error) {
+	s := t.status()
+	obj, exists, err := t.objects.GetByKey(cache.ObjectName{Namespace: t.ref.Namespace, Name: t.ref.Name}.String())
 	if err != nil {
 		return s, time.Time{}, err
 	}
@@ -280,7 +343,7 @@ func (t *target) check(deployments cache.Store, now time.Time, grace time.Durati
 		case t.pruned:
 			s.Done, s.Message = true, "pruned, gone with its pods"
 		case t.seen:
-			return s, time.Time{}, fmt.Errorf("deployment %s was deleted while its rollout was awaited", t.name)
+			return s, time.Time{}, fmt.Errorf("%s was deleted while its rollout was awaited", s.words())
 		default:
 			s.Message = "not seen yet"
 		}
@@ -291,12 +354,30 @@ func (t *target) check(deployments cache.Store, now time.Time, grace time.Durati
 		s.Message = "pruned, waiting for it and its pods to go"
 		return s, time.Time{}, nil
 	}
-	st := Check(obj.(*appsv1.Deployment), items[*appsv1.ReplicaSet](t.rss), items[*corev1.Pod](t.pods), now, grace)
+	st := t.verdict(obj, now, grace)
 	s.Done, s.Message, s.Failure = st.Done, st.Message, st.Failure
 	if st.Failure != nil {
-		s.Message = strings.TrimPrefix(st.Failure.Error(), "deployment "+t.name+": ")
+		s.Message = strings.TrimPrefix(st.Failure.Error(), s.words()+": ")
 	}
 	return s, st.Recheck, nil
+}
+
+// verdict is the verdict of the object's kind on it, with the pods it owns.
+func (t *target) verdict(obj any, now time.Time, grace time.Duration) State {
+	pods := func() []*corev1.Pod { return items[*corev1.Pod](t.pods) }
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return Check(o, items[*appsv1.ReplicaSet](t.rss), pods(), now, grace)
+	case *appsv1.StatefulSet:
+		return CheckStatefulSet(o, pods(), now, grace)
+	case *appsv1.DaemonSet:
+		return CheckDaemonSet(o, pods(), now, grace)
+	case *batchv1.Job:
+		return CheckJob(o, pods(), now, grace)
+	case *unstructured.Unstructured:
+		return CheckConditions(o)
+	}
+	return State{Done: true, Message: fmt.Sprintf("not awaited: an object of type %T", obj)}
 }
 
 func items[T runtime.Object](store cache.Store) []T {
@@ -309,21 +390,25 @@ func items[T runtime.Object](store cache.Store) []T {
 	return out
 }
 
-// selectorOf is the pod selector of an applied Deployment, from the object the apply returned.
+// selectorOf is the pod selector of an applied workload, from the object the apply returned
+// (for a Job, the selector the API server gave it).
 func selectorOf(res *Result, t *target) (string, error) {
-	i := slices.IndexFunc(res.Applied, func(a Applied) bool {
-		return a.Kind == "Deployment" && a.Namespace == t.namespace && a.Name == t.name && a.Object != nil
-	})
+	i := slices.IndexFunc(res.Applied, func(a Applied) bool { return a.key() == t.ref.key() && a.Object != nil })
+	what := t.status().words()
 	if i < 0 {
-		return "", fmt.Errorf("deployment %s: not among the applied objects", t.name)
+		return "", fmt.Errorf("%s: not among the applied objects", what)
 	}
-	var d appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(res.Applied[i].Object.Object, &d); err != nil {
-		return "", fmt.Errorf("read deployment %s: %w", t.name, err)
+	m, found, err := unstructured.NestedMap(res.Applied[i].Object.Object, "spec", "selector")
+	if err != nil || !found {
+		return "", fmt.Errorf("%s: the applied object has no spec.selector", what)
 	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	var ls metav1.LabelSelector
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &ls); err != nil {
+		return "", fmt.Errorf("read the selector of %s: %w", what, err)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&ls)
 	if err != nil {
-		return "", fmt.Errorf("deployment %s: selector: %w", t.name, err)
+		return "", fmt.Errorf("%s: selector: %w", what, err)
 	}
 	return sel.String(), nil
 }
@@ -339,11 +424,12 @@ func waitEnd(ctx context.Context, targets []*target) error {
 		if !t.last.Done {
 			s := t.last
 			if !t.reported {
-				s = Status{Namespace: t.namespace, Name: t.name, Pruned: t.pruned, Message: "not seen yet"}
+				s = t.status()
+				s.Message = "not seen yet"
 			}
-			a.Deployments = append(a.Deployments, s)
+			a.Objects = append(a.Objects, s)
 		}
 	}
-	slices.SortFunc(a.Deployments, func(x, y Status) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(a.Objects, func(x, y Status) int { return strings.Compare(x.Object(), y.Object()) })
 	return fault.TimedOut(a)
 }

@@ -5,7 +5,7 @@
 # Markdown tables of medians and ratios, and keeps that output in $TOA_CACHE/bench/last.md;
 # BENCHMARKS.md holds the latest one with the notes on every target missed.
 #
-# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6) which ones,
+# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7) which ones,
 # BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,7 @@ command -v debootstrap >/dev/null || need+=(debootstrap)
 [ -x /usr/bin/qemu-aarch64-static ] || need+=(qemu-user-static)
 command -v update-binfmts >/dev/null || need+=(binfmt-support)
 [ -x /usr/bin/time ] || need+=(time)
+command -v pigz >/dev/null || need+=(pigz)
 command -v strace >/dev/null || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]} (Debian's packages)"
@@ -63,6 +64,6 @@ fi
 
 # --- the measurements
 out="$cache/last.md"
-go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6}" | tee "$out.partial"
+go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7}" | tee "$out.partial"
 mv "$out.partial" "$out"
 say "the tables are in $out"

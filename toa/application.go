@@ -49,8 +49,9 @@ type Runtime struct {
 	Proxy         string // npm proxy URI, may be empty
 }
 
-// DefaultPlatforms are what an image is built for when the context does not say.
-var DefaultPlatforms = []string{"linux/amd64", "linux/arm/v7", "linux/arm64"}
+// DefaultPlatforms are what an image is built for when the context does not say: a new slice
+// each call, the caller's to change.
+func DefaultPlatforms() []string { return []string{"linux/amd64", "linux/arm/v7", "linux/arm64"} }
 
 // Registry is where images go and how they are built.
 type Registry struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // Component is one component of the application: a folder with a manifest.toa.yaml.
@@ -257,15 +258,6 @@ func (c *Component) readExtensions(m field) error {
 	return nil
 }
 
-func (c *Component) extension(pkg string) *Annotation {
-	for i := range c.Extensions {
-		if c.Extensions[i].Package == pkg {
-			return &c.Extensions[i]
-		}
-	}
-	return nil
-}
-
 func (c *Component) readVersion(m field) error {
 	if f, ok := m.child("version"); ok {
 		v, err := f.str()
@@ -290,10 +282,10 @@ func (c *Component) readPackage() error {
 		name  string
 		limit int64
 		into  *string
-	}{{"package.json", MaxPackageSize, &c.PackageJSON}, {"package-lock.json", MaxLockSize, &c.PackageLock},
-		{"npm-shrinkwrap.json", MaxLockSize, nil}, {".npmrc", MaxPackageSize, nil}} {
+	}{{"package.json", fsys.MaxPackageSize, &c.PackageJSON}, {"package-lock.json", fsys.MaxLockSize, &c.PackageLock},
+		{"npm-shrinkwrap.json", fsys.MaxLockSize, nil}, {".npmrc", fsys.MaxPackageSize, nil}} {
 		p := filepath.Join(c.Path, f.name)
-		err := CheckFile(p, f.limit)
+		err := fsys.CheckFile(p, f.limit)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -309,7 +301,8 @@ func (c *Component) readPackage() error {
 		return err
 	}
 	c.ModuleType = t
-	return nil
+	_, err = c.LocalPackages() // checked now, before anything is built
+	return err
 }
 
 // moduleType is Toa's format(): the nearest package.json at or above dir decides whether its
@@ -319,7 +312,7 @@ func moduleType(dir string) (string, error) {
 		var pkg struct {
 			Type any `json:"type"`
 		}
-		_, err := ReadJSON(filepath.Join(current, "package.json"), MaxPackageSize, &pkg)
+		_, err := fsys.ReadJSON(filepath.Join(current, "package.json"), fsys.MaxPackageSize, &pkg)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

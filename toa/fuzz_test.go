@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // The fuzz targets of the two loaders of the user's YAML. `go test` runs them on their seeds
@@ -78,7 +79,7 @@ func addSeeds(f *testing.F, pattern string) {
 		f.Fatalf("no seeds match %s: %v", pattern, err)
 	}
 	for _, file := range files {
-		if data, err := ReadFile(file, MaxYAMLSize); err == nil {
+		if data, err := fsys.ReadFile(file, fsys.MaxYAMLSize); err == nil {
 			f.Add(data)
 		}
 	}

@@ -1,7 +1,6 @@
 package toa
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 const (
@@ -79,7 +79,7 @@ func TestFilesThatAreNotFiles(t *testing.T) {
 			}
 		}, "components/orders/manifest.toa.yaml: is a folder, not a regular file" + regular},
 		{"context.toa.yaml is over the limit", func(t *testing.T, dir string) {
-			write(t, filepath.Join(dir, ContextFile), baseContext+"description: "+strings.Repeat("x", MaxYAMLSize)+"\n")
+			write(t, filepath.Join(dir, ContextFile), baseContext+"description: "+strings.Repeat("x", fsys.MaxYAMLSize)+"\n")
 		}, "context.toa.yaml: is 1048651 bytes, more than the 1 MiB toa-deploy reads of a context.toa.yaml\n  check that this is the file you meant"},
 		{"package-lock.json is over the limit", func(t *testing.T, dir string) {
 			// a sparse file: its size is what is checked, nothing is read
@@ -134,26 +134,6 @@ func realPath(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func TestReadFileLimits(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "package.json")
-	write(t, p, "12345")
-	if data, err := ReadFile(p, 5); err != nil || string(data) != "12345" {
-		t.Errorf("a file of exactly the limit: %q %v", data, err)
-	}
-	if _, err := ReadFile(p, 4); !fault.IsInput(err) || !strings.HasSuffix(strings.Split(err.Error(), "\n")[0], "is 5 bytes, more than the 4 bytes toa-deploy reads of a package.json") {
-		t.Errorf("over the limit: %v", err)
-	}
-	if _, err := ReadFile(filepath.Join(dir, "absent"), 5); !errors.Is(err, os.ErrNotExist) || fault.IsInput(err) {
-		t.Errorf("a missing file is not bad input but missing: %v", err)
-	}
-	for n, want := range map[int64]string{1023: "1023 bytes", 1024: "1 KiB", 1536: "1.5 KiB", 1 << 20: "1 MiB", 1<<20 + 1: "1048577 bytes", 5 << 30: "5 GiB"} {
-		if got := bytesText(n); got != want {
-			t.Errorf("bytesText(%d) = %q, want %q", n, got, want)
-		}
-	}
 }
 
 // TestMessagesOfTheFuzzer holds what a fuzzer over contexts and manifests found worst (issue 14,

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // ContextFile is the name of a Toa context's file.
@@ -92,7 +93,7 @@ func Load(path, env string) (*Application, error) {
 			Hint: "run in the folder of a Toa context, or point --path at it", Err: ErrNoContext}
 	}
 	// read when the dependencies are installed, and checked now, before anything is built
-	if err := CheckFile(filepath.Join(root, ".npmrc"), MaxPackageSize); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.CheckFile(filepath.Join(root, ".npmrc"), fsys.MaxPackageSize); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	convolve(node, chain)
@@ -264,7 +265,7 @@ func installedRuntime(root string) (string, string, error) {
 	var pkg struct {
 		Version string `json:"version"`
 	}
-	_, err := ReadJSON(p, MaxPackageSize, &pkg)
+	_, err := fsys.ReadJSON(p, fsys.MaxPackageSize, &pkg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", "", nil
 	}
@@ -290,7 +291,7 @@ func (app *Application) readRegistry(ctx field) error {
 		if r.Base, err = f.registryBase(); err != nil {
 			return err
 		}
-		r.Platforms, r.PlatformsDefaulted = append([]string(nil), DefaultPlatforms...), true
+		r.Platforms, r.PlatformsDefaulted = DefaultPlatforms(), true
 		return nil
 	}
 	if _, err := f.mapping([]string{"base", "platforms", "build", "credentials", "services"}, ""); err != nil {
@@ -323,7 +324,7 @@ func (app *Application) readRegistry(ctx field) error {
 func (r *Registry) readPlatforms(registry field) error {
 	f, ok := registry.child("platforms")
 	if !ok {
-		r.Platforms, r.PlatformsDefaulted = append([]string(nil), DefaultPlatforms...), true
+		r.Platforms, r.PlatformsDefaulted = DefaultPlatforms(), true
 		return nil
 	}
 	if f.isNull() {

@@ -44,7 +44,7 @@ func TestDerivedCompositions(t *testing.T) {
 	if stats := app.Component("orders.stats"); stats.Version != "1.2.0" || !stats.VersionDeclared {
 		t.Errorf("declared version: %+v", stats)
 	}
-	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms) || !app.Registry.PlatformsDefaulted {
+	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms()) || !app.Registry.PlatformsDefaulted {
 		t.Errorf("default platforms: %+v", app.Registry)
 	}
 	if app.Registry.Base != "localhost:5000" {
@@ -253,7 +253,7 @@ func TestTheIntegrationContext(t *testing.T) {
 	if m["class"] != "alb" || m["authorities"].(map[string]any)["dev"] != "dummies.stage.toa.dev" || m["annotations"] == nil {
 		t.Errorf("exposition in staging: %v", m)
 	}
-	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms) {
+	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms()) {
 		t.Errorf("platforms in staging: %v", app.Registry.Platforms)
 	}
 }
@@ -317,7 +317,7 @@ func TestTheDummies(t *testing.T) {
 	if m["class"] != "alb" || m["authorities"].(map[string]any)["dummies"] != "dummies.staging.toa.test" || m["annotations"] == nil {
 		t.Errorf("exposition in staging: %v", m)
 	}
-	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms) || app.Registry.Base != "registry.dummies.test" {
+	if !reflect.DeepEqual(app.Registry.Platforms, DefaultPlatforms()) || app.Registry.Base != "registry.dummies.test" {
 		t.Errorf("registry in staging: %+v", app.Registry)
 	}
 	// the annotation as the extension sees it: keys in the file's order, the override in place

@@ -13,13 +13,14 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // readYAML parses a YAML file into a node tree with its anchors and merge keys expanded, so that
 // the rest of the package sees plain mappings, sequences and scalars, each with its line.
 // An empty file is an empty mapping. The second result is false when the file does not exist.
 func readYAML(path string) (*yaml.Node, bool, error) {
-	data, err := ReadFile(path, MaxYAMLSize)
+	data, err := fsys.ReadFile(path, fsys.MaxYAMLSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -114,7 +115,7 @@ func syntaxError(path string, data []byte, err error) error {
 	case strings.HasPrefix(msg, "unknown anchor '"):
 		anchor := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
 		if i := bytes.Index(data, []byte("*"+anchor)); i >= 0 && line == 0 {
-			line = lineAt(data, int64(i))
+			line = fsys.LineAt(data, int64(i))
 		}
 		msg = fmt.Sprintf("the alias *%s names no anchor", anchor)
 		hint = fmt.Sprintf("write the anchor (&%s) on the value it names, above this line", anchor)

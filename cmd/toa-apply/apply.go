@@ -7,18 +7,19 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/kustomize"
+	"github.com/toa-deploy/toa-deploy/release"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
@@ -37,78 +38,81 @@ func toolVersion() string {
 }
 
 // apply renders the kustomization (or, with --rollback, reads a revision), applies it, waits
-// for the rollout and records the revision; or, with --delete, removes the application.
+// for the rollout and records the revision; or, with --delete, removes the application. The
+// order and the policy are release's; this prints.
 func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	if c.Timeout <= 0 {
 		return fault.BadInput(fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout))
 	}
-	cfg, namespace, err := c.cluster()
+	k, namespace, err := c.client()
 	if err != nil {
 		return err
 	}
-	opts := rollout.Options{
-		Namespace: namespace,
-		Force:     c.ForceConflicts,
-		DryRun:    c.DryRun == "server",
-		Prune:     c.Prune,
-		Version:   toolVersion(),
-		Logf:      log.Debugf,
-	}
-	deadline, cancel := context.WithTimeout(ctx, c.Timeout)
-	defer cancel()
-	objects, description, err := c.source(deadline, cfg, namespace)
-	if err != nil {
-		return c.exitError(err)
-	}
+	rel := c.release(k, namespace, log)
 	out := c.stdout()
-
-	if c.Delete {
-		res, err := rollout.Delete(deadline, cfg, objects, opts)
-		c.report(out, res)
-		c.printJSON(out, output{Result: res})
-		return c.exitError(err)
-	}
-	log.Debugf("applying %d objects to namespace %s of %s", len(objects), namespace, cfg.Host)
-	res, err := rollout.Apply(deadline, cfg, objects, opts)
-	c.report(out, res)
-	warnHelm(log, res)
-	if err != nil || opts.DryRun {
-		result := output{Result: res}
-		err = c.exitError(err)
-		var partly *rollout.PartlyAppliedError
-		if c.RollbackOnFail && errors.As(err, &partly) {
-			// the cluster holds part of the new application: back to the last whole one
-			result.Rollback, err = c.rollbackAfter(ctx, log, cfg, res.Set, opts, err)
+	var result *release.Outcome
+	switch {
+	case c.Rollback:
+		var set rollout.Set
+		if set, err = c.application(ctx, k, namespace); err != nil {
+			return c.exitError(err)
 		}
-		c.printJSON(out, result)
-		return err
-	}
-	result := output{Result: res, Rollout: &outcome{}}
-	err = c.wait(deadline, cfg, res)
-	result.Rollout.set(err)
-	if err != nil {
-		err = c.exitError(err)
-		if c.RollbackOnFail {
-			result.Rollback, err = c.rollbackAfter(ctx, log, cfg, res.Set, opts, err)
+		result, err = rel.Rollback(ctx, set, c.revisionNumber())
+	default:
+		var objects []*unstructured.Unstructured
+		if objects, err = c.objects(ctx); err != nil {
+			return c.exitError(err)
 		}
+		log.Debugf("applying %d objects to namespace %s of %s", len(objects), namespace, k.Host)
+		if c.Delete {
+			result, err = rel.Delete(ctx, objects)
+		} else {
+			result, err = rel.Apply(ctx, objects)
+		}
+	}
+	if result != nil {
 		c.printJSON(out, result)
-		return err
 	}
-	result.Revision, err = c.record(ctx, cfg, res.Set, objects, description)
-	c.printJSON(out, result)
-	if err != nil {
-		return fmt.Errorf("applied and rolled out, but: %w", err)
-	}
-	if c.Output == cli.Text {
+	if err == nil && result != nil && result.Revision != nil && c.Output == cli.Text {
 		fmt.Fprintf(out, "revision %d recorded\n", result.Revision.Number)
 	}
-	return nil
+	return err
 }
 
-// wait waits for the rollout, showing its progress.
-func (c *applyCommand) wait(ctx context.Context, cfg *rest.Config, res *rollout.Result) error {
+// release is the conductor of this run, on the run's one client.
+func (c *applyCommand) release(k *cluster.Client, namespace string, log *logrus.Logger) *release.Release {
 	view := newProgress(os.Stderr, c.Output == cli.Text && cli.IsTerminal(os.Stderr))
-	return rollout.Wait(ctx, cfg, res, rollout.WaitOptions{OnStatus: view.update})
+	return &release.Release{
+		Steps: &release.OnCluster{Client: k, WaitOptions: rollout.WaitOptions{OnStatus: view.update}, Warnf: log.Warnf},
+		Options: release.Options{
+			ApplyOptions: rollout.Options{
+				Namespace: namespace,
+				Force:     c.ForceConflicts,
+				DryRun:    c.DryRun == "server",
+				Prune:     c.Prune,
+				Version:   toolVersion(),
+				Logf:      log.Debugf,
+			},
+			Timeout:           c.Timeout,
+			RollbackOnFailure: c.RollbackOnFail,
+			HistoryMax:        c.HistoryMax,
+			Explain:           c.explainer(),
+			OnApplied: func(res *rollout.Result) {
+				c.report(c.stdout(), res)
+				warnHelm(log, res)
+			},
+			Warnf: log.Warnf,
+		},
+	}
+}
+
+// revisionNumber is --rollback's REVISION, 0 for the previous one.
+func (c *applyCommand) revisionNumber() int {
+	n := 0
+	if c.Dir != "" {
+		n, _ = strconv.Atoi(c.Dir) // validate checked it
+	}
+	return n
 }
 
 // objects are the kustomization's, rendered in memory, within --timeout.
@@ -129,97 +133,33 @@ func (c *applyCommand) objects(ctx context.Context) ([]*unstructured.Unstructure
 	return objects, err
 }
 
-// cluster loads the client configuration as kubectl does: --kubeconfig, else KUBECONFIG, else
-// ~/.kube/config, else the pod's in-cluster configuration; --context picks the context; the
-// namespace is -n, else the context's, else default (in a pod, the pod's).
+// cluster loads the client configuration as kubectl does (cluster.Load), every request bounded
+// by --request-timeout.
 func (c *applyCommand) cluster() (*rest.Config, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = c.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: c.Context}
-	overrides.Context.Namespace = c.Namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+	t, err := cluster.Load(cluster.Kubeconfig{Path: c.Kubeconfig, Context: c.Context, Namespace: c.Namespace})
 	if err != nil {
-		hint := ""
-		if clientcmd.IsEmptyConfig(err) {
-			hint = ": give --kubeconfig, set KUBECONFIG, or run in a pod"
-		}
-		return nil, "", fault.BadInput(fmt.Errorf("kubeconfig: %w%s", err, hint))
+		return nil, "", err
 	}
-	namespace, _, err := cc.Namespace()
+	c.credentials = t.Credentials
+	t.Config.UserAgent = "toa-apply/" + toolVersion()
+	return cluster.WithRequestTimeout(t.Config, c.RequestTimeout), t.Namespace, nil
+}
+
+// client is the run's one client, and the namespace to apply to.
+func (c *applyCommand) client() (*cluster.Client, string, error) {
+	cfg, namespace, err := c.cluster()
 	if err != nil {
-		return nil, "", fault.BadInput(fmt.Errorf("kubeconfig: namespace: %w", err))
+		return nil, "", err
 	}
-	if namespace == "" {
-		namespace = "default"
-	}
-	c.credentials = credentialsOf(cc, rules, cfg)
-	cfg.UserAgent = "toa-apply/" + toolVersion()
-	return rollout.WithRequestTimeout(cfg, c.RequestTimeout), namespace, nil
+	k, err := cluster.New(cfg)
+	return k, namespace, err
 }
 
-// credentialsOf names where the client's credentials come from, for a server that refuses them:
-// the user of the context in the kubeconfig file, or the pod's service account.
-func credentialsOf(cc clientcmd.ClientConfig, rules *clientcmd.ClientConfigLoadingRules, cfg *rest.Config) string {
-	raw, err := cc.RawConfig()
-	if err != nil || len(raw.Contexts) == 0 {
-		return "the pod's service account token (in-cluster configuration)"
-	}
-	name := raw.CurrentContext
-	if ctx := raw.Contexts[name]; ctx != nil {
-		file := rules.GetDefaultFilename()
-		if ctx.LocationOfOrigin != "" {
-			file = ctx.LocationOfOrigin
-		}
-		return fmt.Sprintf("user %q of context %q in %s", ctx.AuthInfo, name, file)
-	}
-	return "the credentials for " + cfg.Host
-}
+// exitError gives errors the words and exit codes of DESIGN.md (release.Explainer).
+func (c *applyCommand) exitError(err error) error { return c.explainer().Explain(err) }
 
-// exitError gives rollout's errors the exit codes of DESIGN.md.
-func (c *applyCommand) exitError(err error) error {
-	var input *fault.Input
-	var awaiting *rollout.Awaiting
-	var failure *rollout.Failure
-	var noAnswer *rollout.NoAnswer
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &input):
-		return err
-	case apierrors.IsUnauthorized(err):
-		return fmt.Errorf("%w\n  the API server did not accept %s: check its token or client certificate "+
-			"(it may have expired; an exec or auth-provider plugin may need a new login); "+
-			"`kubectl auth whoami` with the same kubeconfig and context shows what the server sees", err, c.credentials)
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%w\n  the API server knows %s but does not allow this: check the Roles and "+
-			"RoleBindings of that user in the namespace (toa-apply needs get, list, watch, patch and delete "+
-			"on the application's kinds, and on Secrets for its inventory); `kubectl auth can-i --list -n NAMESPACE` shows what it may do", err, c.credentials)
-	case errors.As(err, &noAnswer):
-		return fault.TimedOut(err)
-	case errors.As(err, &awaiting):
-		var pods []rollout.PodReport
-		for _, s := range awaiting.Deployments {
-			pods = append(pods, s.Pods...)
-		}
-		return fault.TimedOut(fmt.Errorf("%w (--timeout %s)%s", err, c.Timeout, explanation(pods)))
-	case errors.Is(err, context.DeadlineExceeded):
-		return fault.TimedOut(fmt.Errorf("--timeout %s passed before the apply finished: %w", c.Timeout, err))
-	case errors.As(err, &failure):
-		return fmt.Errorf("rollout failed: %w%s", err, explanation(failure.Pods))
-	}
-	return err
-}
-
-// explanation is the text of pod reports under an error, "" for none.
-func explanation(pods []rollout.PodReport) string {
-	if len(pods) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteByte('\n')
-	rollout.WritePods(&b, pods, time.Now())
-	return strings.TrimRight(b.String(), "\n")
+func (c *applyCommand) explainer() release.Explainer {
+	return release.Explainer{Credentials: c.credentials, Timeout: c.Timeout}
 }
 
 // report prints what was applied, pruned, adopted or deleted, as kubectl does; nothing with

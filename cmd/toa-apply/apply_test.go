@@ -92,7 +92,7 @@ func TestExitError(t *testing.T) {
 		{&rollout.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
 		{&rollout.ConflictError{Conflicts: []rollout.Conflict{{Manager: "m", Field: ".spec.replicas"}}}, cli.ExitFailed},
 		{&fault.Input{Err: errors.New("no label")}, cli.ExitBadInput},
-		{fault.TimedOut(&rollout.Awaiting{Deployments: []rollout.Status{{Name: "composition-a", Message: "1 old pod terminating: x"}}}), cli.ExitTimeout},
+		{fault.TimedOut(&rollout.Awaiting{Objects: []rollout.Status{{Name: "composition-a", Message: "1 old pod terminating: x"}}}), cli.ExitTimeout},
 		{fmt.Errorf("apply x: %w", context.DeadlineExceeded), cli.ExitTimeout},
 	}
 	for _, tt := range tests {

@@ -6,9 +6,13 @@ import (
 	"testing"
 )
 
-// toa-apply needs only the kustomization and cluster credentials: it links nothing of the push
-// side (DESIGN.md's layout; issue 12). kustomize, which rollout imports for the apply order,
-// imports nothing of ours but fault.
+// toa-apply needs only the kustomization (a folder, or an artifact in a registry) and cluster
+// credentials: it links nothing of the push chain (DESIGN.md's layout; issues 12 and 25).
+// It may link go-containerregistry and Docker's credential configuration, through artifact/,
+// to pull oci://REF as Flux does and check cosign signatures, rather than a second registry
+// client of its own. kustomize, which rollout imports for the apply order, and artifact import
+// nothing of ours but fault and
+// the apply order (internal/kinds).
 func TestLinksNothingOfThePushSide(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -16,7 +20,9 @@ func TestLinksNothingOfThePushSide(t *testing.T) {
 	}
 	const module = "github.com/toa-deploy/toa-deploy/"
 	forbidden := []string{module + "image", module + "layer", module + "extension", module + "manifest",
-		module + "pipeline", module + "toa", "github.com/google/go-containerregistry", "github.com/docker/"}
+		module + "pipeline", module + "toa", module + "attest",
+		// of go-containerregistry, only what a pull needs: nothing that writes layouts or tarballs to disk
+		"github.com/google/go-containerregistry/pkg/v1/layout", "github.com/google/go-containerregistry/pkg/v1/daemon"}
 	for _, pkg := range strings.Fields(string(out)) {
 		for _, f := range forbidden {
 			if pkg == f || strings.HasPrefix(pkg, strings.TrimSuffix(f, "/")+"/") {
@@ -24,13 +30,15 @@ func TestLinksNothingOfThePushSide(t *testing.T) {
 			}
 		}
 	}
-	out, err = exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, "../../kustomize").Output()
-	if err != nil {
-		t.Fatalf("go list kustomize: %v", err)
-	}
-	for _, pkg := range strings.Fields(string(out)) {
-		if strings.HasPrefix(pkg, module) && pkg != module+"fault" {
-			t.Errorf("kustomize imports %s", pkg)
+	for _, dir := range []string{"../../kustomize", "../../artifact"} {
+		out, err = exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, dir).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", dir, err)
+		}
+		for _, pkg := range strings.Fields(string(out)) {
+			if strings.HasPrefix(pkg, module) && pkg != module+"fault" && pkg != module+"internal/kinds" {
+				t.Errorf("%s imports %s", dir, pkg)
+			}
 		}
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/diff"
 	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
 // externalDiffEnv names the program --diff runs instead of printing its own diff, as kubectl
@@ -26,7 +26,7 @@ var externalArg = regexp.MustCompile(`^[a-zA-Z0-9-=]+$`)
 // each object that would change as a YAML file named as kubectl names it (an object created is
 // in MERGED only, one pruned in LIVE only). The program writes to w; its exit code 1 means it
 // found differences, anything above 1 that it failed.
-func externalDiff(ctx context.Context, command string, diffs []rollout.ObjectDiff, w io.Writer) (differ bool, err error) {
+func externalDiff(ctx context.Context, command string, diffs []diff.ObjectDiff, w io.Writer) (differ bool, err error) {
 	fields := strings.Fields(command)
 	if len(fields) == 0 {
 		return false, fault.BadInputf("%s is set but empty: name the diff program, like \"diff -u -N\"", externalDiffEnv)

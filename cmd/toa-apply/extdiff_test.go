@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/diff"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
 // KUBECTL_EXTERNAL_DIFF's program gets the two folders kubectl diff gives it; its exit 1 is a
 // difference, and what kubectl refuses (a shell in the arguments, no program) is bad input.
 func TestExternalDiff(t *testing.T) {
-	diffs := []rollout.ObjectDiff{
+	diffs := []diff.ObjectDiff{
 		{File: "apps.v1.Deployment.ns.carts", Live: "image: carts:v1\n", Merged: "image: carts:v4\n"},
 		{File: "v1.Service.ns.carts", Live: "kind: Service\n"},
 	}

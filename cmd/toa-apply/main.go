@@ -21,7 +21,7 @@ import (
 )
 
 type applyCommand struct {
-	Dir            string        `arg:"" optional:"" name:"DIR" help:"The kustomization's folder (default: deployment); with --rollback, the REVISION (default: the previous one)."`
+	Dir            string        `arg:"" optional:"" name:"DIR" help:"The kustomization's folder (default: deployment), or oci://REF[@DIGEST] of an artifact toa-push --artifact pushed; with --rollback, the REVISION (default: the previous one)."`
 	Render         bool          `name:"render" help:"Print the rendered YAML and stop."`
 	DryRun         string        `name:"dry-run" enum:"none,server" default:"none" help:"server: show what would change, change nothing."`
 	Timeout        time.Duration `name:"timeout" default:"5m" help:"How long to wait for the rollout (a Go duration: 90s, 12m, 1h30m)."`
@@ -40,6 +40,7 @@ type applyCommand struct {
 	Namespace      string        `name:"namespace" short:"n" help:"The namespace to apply to."`
 	Output         cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+	ociFlags       `embed:""`
 
 	credentials string    // where the kubeconfig's credentials come from, for a 401 or 403
 	out         io.Writer // results; os.Stdout when nil
@@ -68,11 +69,16 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	cleanup, err := c.fromRegistry(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	switch {
 	case c.Render:
 		return c.render(ctx, c.stdout())
 	case c.History:
-		return c.history(ctx, c.stdout())
+		return c.history(ctx, c.stdout(), log)
 	case c.Diff:
 		return c.diff(ctx, c.stdout())
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/revision"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
@@ -97,7 +98,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var revs []rollout.Revision
+	var revs []revision.Revision
 	if err := json.Unmarshal([]byte(out), &revs); err != nil {
 		t.Fatalf("--history -o json: %v\n%s", err, out)
 	}
@@ -203,12 +204,29 @@ func TestRelease(t *testing.T) {
 	}
 	_, err = run(func(c *applyCommand) { c.Dir, c.RollbackOnFail = partial, true })
 	t.Logf("--rollback-on-failure after a partial apply: exit %d: %v", cli.ExitCode(err), err)
+	// revision 6 is the crash loop's, failed, and 7 its rollback: the latest deployed is 7
 	if cli.ExitCode(err) != cli.ExitBadInput || !strings.Contains(fmt.Sprint(err), "partly applied: 1 of 3 objects applied") ||
-		!strings.Contains(fmt.Sprint(err), "rolled back to revision 6") {
-		t.Errorf("--rollback-on-failure after a partial apply: exit %d, %v; want 2, partly applied, rolled back to 6", cli.ExitCode(err), err)
+		!strings.Contains(fmt.Sprint(err), "rolled back to revision 7") {
+		t.Errorf("--rollback-on-failure after a partial apply: exit %d, %v; want 2, partly applied, rolled back to 7", cli.ExitCode(err), err)
 	}
 	if _, err := cs.CoreV1().ConfigMaps(ns).Get(context.Background(), "carts-extra", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the partial apply's ConfigMap after the rollback: %v, want it pruned", err)
 	}
 	settled("registry.local/demo/carts:v1")
+
+	// the failed applies are revisions too, marked failed (issue 25): Helm records failed releases
+	out, _ = run(func(c *applyCommand) { c.History, c.Name, c.Output = true, "demo", cli.JSON })
+	revs = nil
+	_ = json.Unmarshal([]byte(out), &revs)
+	var statuses []string
+	for _, r := range revs {
+		statuses = append(statuses, fmt.Sprintf("%d %s %s", r.Number, r.Status, r.Description))
+	}
+	want := []string{"1 deployed apply", "2 deployed apply", "3 deployed apply", "4 deployed rollback to 1", "5 deployed apply",
+		"6 failed apply", "7 deployed rollback to 5 after a failed apply", "8 failed apply", "9 deployed rollback to 7 after a failed apply"}
+	if strings.Join(statuses, "; ") != strings.Join(want, "; ") {
+		t.Errorf("--history:\n  %s\nwant\n  %s", strings.Join(statuses, "\n  "), strings.Join(want, "\n  "))
+	}
+	out, _ = run(func(c *applyCommand) { c.History, c.Name = true, "demo" })
+	t.Logf("toa-apply --history:\n%s", out)
 }

@@ -71,9 +71,10 @@ func TestAttestations(t *testing.T) {
 		for _, a := range img.Attachments {
 			kinds[a.Kind]++
 		}
-		// two platforms: an SBOM each, the provenance, and signatures of the index, the two
-		// platforms' images and the three documents
-		if kinds["sbom"] != 2 || kinds["provenance"] != 1 || kinds["signature"] != 6 {
+		// two platforms: an SBOM each and one of each dependencies image (which lists the
+		// packages), the provenance, and signatures of the index, the two platforms' images, the
+		// two dependencies images and the five documents
+		if kinds["sbom"] != 2 || kinds["dependencies sbom"] != 2 || kinds["provenance"] != 1 || kinds["signature"] != 10 {
 			t.Errorf("%s: attached %v", img.Name, kinds)
 		}
 		repo, _, _ := strings.Cut(img.Reference, "@")

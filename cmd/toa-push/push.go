@@ -13,10 +13,12 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/pipeline"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -38,7 +40,13 @@ type pushCommand struct {
 	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
 	SBOM           string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
 	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
+	Compression    string        `name:"compression" enum:"gzip,zstd" default:"gzip" help:"How the layers toa-push makes are compressed: gzip, which every registry and runtime reads, or zstd (tar+zstd: containerd 1.5 and later, CRI-O, podman), smaller and faster to unpack. Images the registry already has are left as they are."`
 	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+
+	Artifact         string `name:"artifact" placeholder:"REF" help:"After the images, push the kustomization as an OCI artifact in Flux's format to REF (REGISTRY/REPOSITORY:TAG), signed with --sign-key like the images: Flux's OCIRepository or toa-apply oci://REF reads it. The same kustomization gives the same digest. With --oci-layout it goes into the layout, and --from-oci-layout pushes it."`
+	ArtifactSource   string `name:"artifact-source" placeholder:"URL" help:"The artifact's org.opencontainers.image.source, as flux push artifact --source (e.g. the Git remote). Default: toa:CONTEXT."`
+	ArtifactRevision string `name:"artifact-revision" placeholder:"REV" help:"The artifact's org.opencontainers.image.revision, as flux push artifact --revision (e.g. main@sha1:COMMIT). Default: the environment."`
+	PruneCache       bool   `name:"prune-cache" help:"Prune the caches (TOA_CACHE, else ~/.cache/toa-deploy) to TOA_CACHE_MAX (default 5GiB) now, least recently used first, and do nothing else. Every run prunes them so at its end."`
 }
 
 // Validate refuses flags that cannot go together, before any work.
@@ -51,6 +59,15 @@ func (c *pushCommand) Validate() error {
 	case c.Retries < 0:
 		return fmt.Errorf("--retries is %d: give 0 or more", c.Retries)
 	}
+	if c.Artifact != "" && c.Plan {
+		return fmt.Errorf("--plan pushes nothing, and takes no --artifact")
+	}
+	if c.Artifact == "" && (c.ArtifactSource != "" || c.ArtifactRevision != "") {
+		return fmt.Errorf("--artifact-source and --artifact-revision describe the --artifact: give --artifact REF too")
+	}
+	if _, err := fsys.CacheMax(); err != nil {
+		return err
+	}
 	if c.FromOCILayout == "" {
 		if c.OCILayout != "" && c.Kustomization != "" && filepath.Clean(c.Kustomization) == filepath.Clean(c.OCILayout) {
 			return fmt.Errorf("--kustomization cannot be the --oci-layout folder itself: leave it out (the kustomization goes to %s)", filepath.Join(c.OCILayout, "kustomization"))
@@ -58,7 +75,7 @@ func (c *pushCommand) Validate() error {
 		return nil
 	}
 	for flag, set := range map[string]bool{"environment argument": c.Env != "", "--plan": c.Plan, "--mono": c.Mono,
-		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0, "--sbom " + c.SBOM: c.SBOM != string(attest.SPDX), "--sign-key": c.SignKey != ""} {
+		"--oci-layout": c.OCILayout != "", "--mirror": len(c.Mirror) > 0, "--sbom " + c.SBOM: c.SBOM != string(attest.SPDX), "--sign-key": c.SignKey != "", "--artifact (the layout holds the artifact --oci-layout wrote)": c.Artifact != ""} {
 		if set {
 			return fmt.Errorf("--from-oci-layout pushes the layout as --oci-layout wrote it, and takes no %s: give those where the layout is written", flag)
 		}
@@ -67,9 +84,9 @@ func (c *pushCommand) Validate() error {
 }
 
 // mirrors are TOA_MIRRORS', then --mirror's, a flag overriding the environment for the same FROM.
-func (c *pushCommand) mirrors() (image.Mirrors, error) {
+func (c *pushCommand) mirrors() (registry.Mirrors, error) {
 	specs := strings.Split(os.Getenv("TOA_MIRRORS"), ",")
-	m, err := image.ParseMirrors(append(specs, c.Mirror...)...)
+	m, err := registry.ParseMirrors(append(specs, c.Mirror...)...)
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}
@@ -90,7 +107,12 @@ func (c *pushCommand) environment() string {
 func (c *pushCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
+	if c.PruneCache {
+		return c.pruneCache(ctx)
+	}
+	started := time.Now()
 	err := c.run(ctx, log)
+	boundCache(ctx, log, started)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return fault.TimedOut(fmt.Errorf("toa-push ran out of time (--timeout %s): %w", c.Timeout, err))
 	}
@@ -140,20 +162,20 @@ func (c *pushCommand) plan(ctx context.Context, opts []pipeline.Option) error {
 
 // options turn the flags into the pipeline's options.
 func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipeline.Option, error) {
-	regOpts := []image.RegistryOption{image.WithInsecure(c.Insecure), image.WithCAFile(c.CAFile),
-		image.WithStallTimeout(c.StallTimeout), image.WithRetries(c.Retries),
-		image.WithNotify(func(s string) { display.Print("warning: " + s) })}
-	if dir, err := layer.DefaultCacheDir(); err == nil {
-		regOpts = append(regOpts, image.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
+	regOpts := []registry.RegistryOption{registry.WithInsecure(c.Insecure), registry.WithCAFile(c.CAFile),
+		registry.WithStallTimeout(c.StallTimeout), registry.WithRetries(c.Retries),
+		registry.WithNotify(func(s string) { display.Print("warning: " + s) })}
+	if dir, err := fsys.CacheRoot(); err == nil {
+		regOpts = append(regOpts, registry.WithMemory(dir)) // which repository holds which blob, for the next run's mounts
 	}
 	if c.FromOCILayout == "" {
 		mirrors, err := c.mirrors()
 		if err != nil {
 			return nil, err
 		}
-		regOpts = append(regOpts, image.WithMirrors(mirrors))
+		regOpts = append(regOpts, registry.WithMirrors(mirrors))
 	}
-	reg, err := image.NewRegistries(regOpts...)
+	reg, err := registry.NewRegistries(regOpts...)
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}
@@ -166,9 +188,17 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 		pipeline.WithLogger(log),
 		pipeline.WithWarnings(func(w string) { display.Print("warning: " + w) }),
 		pipeline.WithEvents(func(e image.Event) { display.Set(e.Image, e.Message) }),
+		pipeline.WithArtifact(c.Artifact, c.ArtifactSource, c.ArtifactRevision),
 	}
 	if c.Verbose {
 		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
+	}
+	if c.Compression != "" {
+		compression, err := layer.ParseCompression(c.Compression)
+		if err != nil {
+			return nil, fault.BadInput(err)
+		}
+		opts = append(opts, pipeline.WithCompression(compression))
 	}
 	if c.FromOCILayout == "" && !c.Plan {
 		attestation, err := c.attestation()

@@ -308,20 +308,21 @@ func TestPushEndToEnd(t *testing.T) {
 		if !changed.Images[0].DepsBuilt || changed.Images[1].Built {
 			t.Fatalf("package.json change: %+v", changed.Images)
 		}
-		// orders' node_modules (is-number has no platform of its own, so both platforms' layers
-		// are one blob), orders' sources, two deps configs and two configs; two SBOMs and the
+		// orders' node_modules, its metadata and the bucket of is-number (which has no platform
+		// of its own, so both platforms' layers are the same blobs), orders' sources, two deps
+		// configs and two configs; the two dependencies images' SBOMs, two SBOMs and the
 		// provenance
-		if n := len(uploads); n != 6+3 {
-			t.Errorf("%d blobs uploaded, want 9", n)
+		if n := len(uploads); n != 7+5 {
+			t.Errorf("%d blobs uploaded, want 12", n)
 		}
 		// prices' node_modules, with esbuild's binaries, are megabytes: none of them is sent again
 		if sent := seen.BytesSent(); sent > 1<<20 {
 			t.Errorf("%d bytes sent: more than orders' small layers", sent)
 		}
-		// two deps manifests and their index, two manifests and the index; three referrers and
+		// two deps manifests and their index, two manifests and the index; five referrers and
 		// their referrers tags
-		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 6+6 {
-			t.Errorf("%d manifests written, want 12", n)
+		if n := len(seen.Filter(harness.Request.IsManifestPut)); n != 6+10 {
+			t.Errorf("%d manifests written, want 16", n)
 		}
 	})
 

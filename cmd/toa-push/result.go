@@ -26,8 +26,10 @@ func writePushJSON(w io.Writer, o *pipeline.Report) error {
 		Kustomization string       `json:"kustomization"`
 		Layout        string       `json:"ociLayout,omitempty"`
 		FromLayout    string       `json:"fromOCILayout,omitempty"`
+
+		Artifact *pipeline.ArtifactReport `json:"artifact,omitempty"`
 	}{Context: o.Context, Environment: o.Environment, Images: []pushedJSON{}, Kustomization: o.Kustomization,
-		Layout: o.Layout, FromLayout: o.FromLayout}
+		Layout: o.Layout, FromLayout: o.FromLayout, Artifact: o.Artifact}
 	for _, p := range o.Result.Images {
 		out.Images = append(out.Images, pushedJSON{Pushed: p, Reference: p.Reference()})
 		out.BytesSent += p.BytesSent
@@ -64,8 +66,18 @@ func writePushText(w io.Writer, o *pipeline.Report) error {
 	if o.Layout != "" {
 		where = " to the OCI layout " + o.Layout
 	}
-	_, err := fmt.Fprintf(w, "%s %s in all%s; the kustomization is in %s\n", humanBytes(total), sent, where, o.Kustomization)
-	return err
+	if _, err := fmt.Fprintf(w, "%s %s in all%s; the kustomization is in %s\n", humanBytes(total), sent, where, o.Kustomization); err != nil {
+		return err
+	}
+	if a := o.Artifact; a != nil {
+		signed := ""
+		if a.Signature != "" {
+			signed = ", signed"
+		}
+		_, err := fmt.Fprintf(w, "the kustomization is the artifact %s@%s%s\n", a.Reference, a.Digest, signed)
+		return err
+	}
+	return nil
 }
 
 // attached says what was attached to an image: ", with 2 SBOMs, provenance, 6 signatures".

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"io"
 	"os"
 
@@ -9,9 +8,6 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 )
-
-// errHelp ends a run that printed its help: exit 0.
-var errHelp = errors.New("help")
 
 // Parse reads args into cmd, a kong command struct. Help is printed to stdout and ends the
 // process with 0; a flag error is a BadInput, exit 2, never a usage dump with a stack.

@@ -4,6 +4,7 @@ package harness
 // node at /usr/local/bin/node, the stand-in @toa.io/runtime (testdata/packages/runtime) installed
 // globally as npm would, /usr/local/bin/toa, and the config of an official node image (PATH,
 // NODE_VERSION). There is no shell: an image built on them must give its command in exec form.
+// The amd64 base has /usr/bin/sleep, which the manifests' preStop hook runs (`sleep 5`).
 //
 //   - linux/amd64 carries this machine's node binary with the shared libraries it links (glibc's
 //     loader /lib64/ld-linux-x86-64.so.2 among them) and /usr/bin/env, so it runs: unpacked with
@@ -213,11 +214,16 @@ func amd64Content(cache string) (*content, error) {
 	if err != nil {
 		return nil, err
 	}
-	libs, err := sharedLibraries(node, env)
+	// sleep is what the manifests' preStop hook runs (`sleep 5`), as the official node images have it.
+	sleep, err := machineBinary("sleep")
 	if err != nil {
 		return nil, err
 	}
-	system := append(libs, layer.File{Name: "usr/bin/env", Source: env})
+	libs, err := sharedLibraries(node, env, sleep)
+	if err != nil {
+		return nil, err
+	}
+	system := append(libs, layer.File{Name: "usr/bin/env", Source: env}, layer.File{Name: "usr/bin/sleep", Source: sleep})
 	toa, err := baseRuntime()
 	if err != nil {
 		return nil, err
@@ -229,7 +235,7 @@ func amd64Content(cache string) (*content, error) {
 	return &content{platform: v1.Platform{OS: "linux", Architecture: "amd64"}, nodeVersion: version, layers: ls,
 		comments: []string{
 			"/etc/passwd, /etc/group, /tmp",
-			"/usr/bin/env and the shared libraries node and env link (glibc)",
+			"/usr/bin/env, /usr/bin/sleep (the manifests' preStop) and the shared libraries they and node link (glibc)",
 			"node " + version + " of the machine that built the tests",
 			"@toa.io/runtime (stand-in) installed globally",
 		}}, nil

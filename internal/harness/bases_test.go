@@ -86,7 +86,7 @@ func TestBaseIndexPushedAndReadBack(t *testing.T) {
 
 	// amd64: node, what it links, env, the runtime, the users.
 	files := fileSystem(t, amd64)
-	want := []string{"usr/local/bin/node", "usr/bin/env", "etc/passwd", "etc/group",
+	want := []string{"usr/local/bin/node", "usr/bin/env", "usr/bin/sleep", "etc/passwd", "etc/group",
 		"lib64/ld-linux-x86-64.so.2", baseRuntimeDir + "/package.json", baseRuntimeDir + "/bin/toa"}
 	libs, err := sharedLibraries(mustMachineBinary(t, "node"))
 	if err != nil {
@@ -178,6 +178,11 @@ func TestBaseAMD64Runs(t *testing.T) {
 	stdout, stderr, code := Chroot(t, root, cf.Config, "/usr/local/bin/node", "-e", "console.log(process.version)")
 	if want := "v" + nodeVersion(t) + "\n"; code != 0 || stdout != want {
 		t.Fatalf("node in the base: exit %d, stdout %q, stderr %q; want %q", code, stdout, stderr, want)
+	}
+
+	// the manifests' preStop hook, in exec form as the kubelet runs it
+	if stdout, stderr, code := Chroot(t, root, cf.Config, "sleep", "0"); code != 0 {
+		t.Errorf("sleep 0 in the base (the preStop hook): exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
 	// A composition as the product lays it out: one component with one installed dependency.

@@ -156,7 +156,7 @@ func testRollout(t *testing.T, kubeconfig string) {
 			},
 		},
 	}
-	dep, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
+	_, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

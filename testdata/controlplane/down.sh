@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stops the control plane that up.sh started (SIGTERM, then waits; SIGKILL
 # after 30 s) and removes its run state: pids, logs, data, certificates,
-# kubeconfig. The built binaries stay in the cache.
+# kubeconfig; and first the real node (realnode/down.sh). The built binaries
+# stay in the cache.
 set -euo pipefail
 
 cache=${TOA_CACHE:-$HOME/.cache/toa-deploy}/controlplane
@@ -47,12 +48,14 @@ stop() {
 	for c in "$@"; do rm -f "$state/$c.pid"; done
 }
 
-# The API server's clients first, then the API server, then etcd.
+# The real node first, while the API server can still tell its kubelet to
+# stop the node's pods; then the API server's clients, the API server, etcd.
+_TOA_CONTROLPLANE_LOCKED=1 TOA_TEST_STATE=$state "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/realnode/down.sh" || true
 stop kwok kube-scheduler kube-controller-manager
 stop kube-apiserver
 stop etcd
 
 # Only what up.sh made, so that a TOA_TEST_STATE pointing elsewhere by
 # mistake loses nothing else.
-rm -rf "$state/etcd" "$state/pki" "$state/logs" "$state/bin" "$state/kubeconfig"
+rm -rf "$state/etcd" "$state/pki" "$state/logs" "$state/bin" "$state/kubeconfig" "$state/realnode.unavailable"
 rmdir "$state" 2>/dev/null || printf 'controlplane: left %s: it holds files up.sh did not make\n' "$state" >&2

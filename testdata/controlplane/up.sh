@@ -3,7 +3,9 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler and kwok with one
 # simulated node. Builds the binaries first (once; cached by the hash of the
 # tools' go.mod and go.sum files). Idempotent: returns at once when the
-# control plane is already up and healthy. See README.md beside this file.
+# control plane is already up and healthy. Then starts the real node beside
+# kwok's (realnode/up.sh: a kubelet and containerd), or notes why this host
+# cannot run one. See README.md beside this file.
 #
 # Environment (all optional):
 #   TOA_CACHE                    cache root (default ~/.cache/toa-deploy)
@@ -91,6 +93,7 @@ api_ready() {
 report() {
 	cat <<EOF
 # Kubernetes control plane ($k8s_version, kwok node kwok-node-0) on https://127.0.0.1:$api_port
+# real node toa-real-node: $( [[ -f $state/realnode.unavailable ]] && echo "none ($(cat "$state/realnode.unavailable"))" || echo "kubelet and containerd (logs: $state/realnode/logs)")
 export KUBECONFIG=$kubeconfig
 export TOA_TEST_KUBECONFIG=$kubeconfig
 # kubectl: $kubectl
@@ -99,7 +102,15 @@ export TOA_TEST_KUBECONFIG=$kubeconfig
 EOF
 }
 
+# real_node: the real node beside kwok's (realnode/up.sh, idempotent). A host
+# that cannot run it (or TOA_REAL_NODE=0) leaves the reason in
+# $state/realnode.unavailable; the rest of the control plane runs without it.
+real_node() {
+	"$here/realnode/up.sh" || log "the real node toa-real-node is not up: $(cat "$state/realnode.unavailable" 2>/dev/null || echo "realnode/up.sh failed")"
+}
+
 if all_alive && api_ready && [[ $(readlink "$state/bin" 2>/dev/null) == "$bin" ]]; then
+	real_node
 	report
 	exit 0
 fi
@@ -148,7 +159,7 @@ openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
 declare -A token
 {
-	for who in admin kube-controller-manager kube-scheduler kwok; do
+	for who in admin kube-controller-manager kube-scheduler kwok kubelet; do
 		token[$who]=$(openssl rand -hex 24)
 	done
 	echo "${token[admin]},toa-test-admin,toa-test-admin,system:masters"
@@ -157,6 +168,9 @@ declare -A token
 	echo "${token[kube-controller-manager]},system:kube-controller-manager,system:kube-controller-manager,system:masters"
 	echo "${token[kube-scheduler]},system:kube-scheduler,system:kube-scheduler"
 	echo "${token[kwok]},kwok,kwok,system:masters"
+	# The real node's kubelet (realnode/): a node's name, and every right, as
+	# there is no Node authorizer.
+	echo "${token[kubelet]},system:node:toa-real-node,system:node:toa-real-node,\"system:nodes,system:masters\""
 } >"$pki/tokens.csv"
 chmod 600 "$pki"/*.key "$pki/tokens.csv"
 
@@ -185,7 +199,7 @@ current-context: toa-test
 EOF
 	chmod 600 "$file"
 }
-for who in kube-controller-manager kube-scheduler kwok; do
+for who in kube-controller-manager kube-scheduler kwok kubelet; do
 	write_kubeconfig "$pki/$who.kubeconfig" "$who"
 done
 
@@ -288,6 +302,7 @@ node_ready() {
 wait_for kwok "Ready node kwok-node-0" node_ready
 wait_for kube-controller-manager "default ServiceAccount in namespace default" k get serviceaccount default -n default
 all_alive || fail kwok "a component exited"
+real_node
 
 log "started in $(($(date +%s) - started)) s"
 report

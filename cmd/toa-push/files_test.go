@@ -1,0 +1,221 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+)
+
+// peakLimit is the most memory a run fed a hostile file may take (issue 26).
+const peakLimit = 300 << 20
+
+// measured is a toa-push run with what the user meets: the exit code, stdout, stderr, how long it
+// took and its peak resident memory (the process and the children it waited for). A run that
+// passes within is killed, and the test fails.
+type measured struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+	peak           int64 // bytes
+}
+
+func runMeasured(t *testing.T, dir string, within time.Duration, args ...string) measured {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	m := measured{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	if ctx.Err() != nil {
+		t.Fatalf("toa-push ran past %s and was killed:\n%s", within, m.stderr)
+	}
+	if exit, ok := err.(*exec.ExitError); ok {
+		m.code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run toa-push: %v", err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		m.peak = ru.Maxrss << 10
+	}
+	if m.peak > peakLimit {
+		t.Errorf("peak memory %d MiB, more than %d MiB", m.peak>>20, peakLimit>>20)
+	}
+	if strings.Contains(m.stderr, "goroutine ") || strings.Contains(m.stderr, "panic") {
+		t.Errorf("a stack trace reached the user:\n%s", m.stderr)
+	}
+	return m
+}
+
+// noTags fails the test when the registry holds any tag of the application's repositories: a
+// refused run pushes nothing, and no run leaves a tag on an incomplete image.
+func noTags(t *testing.T, registry string, repos ...string) {
+	t.Helper()
+	for _, repo := range repos {
+		r, err := name.NewRepository(registry+"/"+repo, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tags, err := remote.List(r); err == nil && len(tags) > 0 {
+			t.Errorf("%s has tags %v", repo, tags)
+		}
+	}
+}
+
+// packTarball writes a package tarball as `npm pack` makes it: package/package.json and
+// package/index.js, gzipped.
+func packTarball(t *testing.T, path, name, index string) {
+	t.Helper()
+	var buf bytes.Buffer
+	z := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(z)
+	for file, body := range map[string]string{
+		"package/package.json": `{"name": "` + name + `", "version": "1.0.0", "main": "index.js"}`,
+		"package/index.js":     index,
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: file, Mode: 0o644, Size: int64(len(body)), ModTime: time.Unix(0, 0)}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	z.Close()
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// localsApp copies testdata/apps/locals, packs its tarball and writes its lockfile with npm,
+// offline (the packages are all on the disk).
+func localsApp(t *testing.T, registry string) (dir, component string) {
+	t.Helper()
+	dir = copyApp(t, "locals", registry)
+	component = filepath.Join(dir, "components", "shop.vendored")
+	packTarball(t, filepath.Join(component, "x-1.0.0.tgz"), "x", "module.exports = 1\n")
+	npm := exec.Command("npm", "install", "--package-lock-only", "--offline", "--no-audit", "--no-fund", "--install-links")
+	npm.Dir = component
+	npm.Env = append(os.Environ(), "npm_config_cache="+t.TempDir())
+	if out, err := npm.CombinedOutput(); err != nil {
+		t.Fatalf("npm install --package-lock-only: %v\n%s", err, out)
+	}
+	return dir, component
+}
+
+func setDependency(t *testing.T, component, dep, spec string) {
+	t.Helper()
+	path := filepath.Join(component, "package.json")
+	var pkg map[string]any
+	data, _ := os.ReadFile(path)
+	if err := json.Unmarshal(data, &pkg); err != nil {
+		t.Fatal(err)
+	}
+	pkg["dependencies"] = map[string]any{dep: spec}
+	data, _ = json.Marshal(pkg)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(component, "package-lock.json"))
+}
+
+// TestLocalPackages: a `file:` tarball beside the package.json installs (npm ci found it under
+// the staging folder joined with the component's absolute path before); a `file:` folder edited
+// in place gives a new dependencies image and tag; a `file:` dependency on /dev/zero, a named
+// pipe or a tarball past 256 MiB is bad input naming the package.json and the key, at once,
+// within 300 MiB, pushing nothing.
+func TestLocalPackages(t *testing.T) {
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	t.Setenv("TOA_CACHE", t.TempDir())
+
+	t.Run("installs and covers the contents", func(t *testing.T) {
+		dir, _ := localsApp(t, registry)
+		k := filepath.Join(dir, "deployment")
+		m := runMeasured(t, dir, 5*time.Minute, "-o", "json", "--path", dir, "-k", k)
+		if m.code != 0 {
+			t.Fatalf("exit %d:\n%s", m.code, m.stderr)
+		}
+		var first pushOutput
+		if err := json.Unmarshal([]byte(m.stdout), &first); err != nil || len(first.Images) != 1 || !first.Images[0].DepsBuilt {
+			t.Fatalf("%v: %s", err, m.stdout)
+		}
+		// the vendored folder edited in place: another dependencies image, another tag
+		if err := os.WriteFile(filepath.Join(dir, "vendor", "y", "index.js"), []byte("module.exports = 3\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m = runMeasured(t, dir, 5*time.Minute, "-o", "json", "--path", dir, "-k", k)
+		if m.code != 0 {
+			t.Fatalf("exit %d:\n%s", m.code, m.stderr)
+		}
+		var second pushOutput
+		if err := json.Unmarshal([]byte(m.stdout), &second); err != nil || len(second.Images) != 1 {
+			t.Fatalf("%v: %s", err, m.stdout)
+		}
+		if second.Images[0].Tag == first.Images[0].Tag || !second.Images[0].DepsBuilt {
+			t.Errorf("a local package edited in place: tag %s then %s, dependencies built %v", first.Images[0].Tag, second.Images[0].Tag, second.Images[0].DepsBuilt)
+		}
+	})
+
+	for _, c := range []struct {
+		name  string
+		make  func(t *testing.T, path string)
+		words string
+	}{
+		{"dev-zero", func(t *testing.T, path string) {
+			if err := os.Symlink("/dev/zero", path); err != nil {
+				t.Fatal(err)
+			}
+		}, `links to /dev/zero, which is a device, not a package's folder or tarball`},
+		{"fifo", func(t *testing.T, path string) {
+			if err := syscall.Mkfifo(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, `is a named pipe (FIFO), not a package's folder or tarball`},
+		{"too-large", func(t *testing.T, path string) {
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Truncate(300 << 20) // sparse: no disk used
+			f.Close()
+		}, `a tarball of 300 MiB, more than the 256 MiB toa-deploy reads of one`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			registry := harness.MemoryRegistry(t) // of its own: nothing may be pushed to it
+			harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+			dir := copyApp(t, "locals", registry)
+			component := filepath.Join(dir, "components", "shop.vendored")
+			c.make(t, filepath.Join(dir, "vendor", "odd.tgz"))
+			setDependency(t, component, "odd", "file:../../vendor/odd.tgz")
+			for _, args := range [][]string{{"--plan"}, {"--timeout", "20s"}} {
+				m := runMeasured(t, dir, 30*time.Second, append([]string{"--path", dir, "-k", filepath.Join(dir, "deployment")}, args...)...)
+				want := `package.json: dependencies.odd: is "file:../../vendor/odd.tgz", and `
+				if m.code != 2 || !strings.Contains(m.stderr, want) || !strings.Contains(m.stderr, c.words) {
+					t.Errorf("%v: exit %d, want 2 with %q and %q:\n%s", args, m.code, want, c.words, m.stderr)
+				}
+				if m.took > 10*time.Second {
+					t.Errorf("%v: took %s", args, m.took)
+				}
+				t.Logf("%v: exit %d in %s, peak %d MiB", args, m.code, m.took.Round(time.Millisecond), m.peak>>20)
+			}
+			noTags(t, registry, "shop/composition-front")
+		})
+	}
+}

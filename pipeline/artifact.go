@@ -1,0 +1,241 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"github.com/toa-deploy/toa-deploy/artifact"
+	"github.com/toa-deploy/toa-deploy/attest"
+	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/manifest"
+)
+
+// ArtifactReport is the kustomization pushed as a Flux artifact.
+type ArtifactReport struct {
+	Reference string `json:"reference"`           // where it was pushed: REGISTRY/REPOSITORY:TAG
+	Digest    string `json:"digest"`              // its manifest's digest
+	Signature string `json:"signature,omitempty"` // the cosign signature tag, when it was signed
+	Pushed    bool   `json:"pushed"`              // false when the destination already had it under the tag
+}
+
+// WithArtifact pushes the kustomization, once written, as an OCI artifact in Flux's format
+// (artifact.New) to ref, signed with WithAttestation's signer, after the images: Flux's
+// OCIRepository, or toa-apply oci://ref, reads it. With WithOCILayout it goes into the layout,
+// and PushLayout pushes it. Source and revision are the annotations `flux push artifact
+// --source --revision` writes.
+func WithArtifact(ref, source, revision string) Option {
+	return func(o *options) { o.artifact, o.artifactSource, o.artifactRevision = ref, source, revision }
+}
+
+// checkArtifactRef refuses, before any work, a reference a registry would refuse or one by
+// digest: an artifact is found by its tag.
+func checkArtifactRef(ref string) error {
+	if ref == "" {
+		return nil
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err == nil {
+		if _, ok := r.(name.Digest); ok {
+			err = fmt.Errorf("it names a digest; give a tag, as Flux's OCIRepository follows one")
+		}
+	}
+	if err != nil {
+		return &fault.Input{Key: "--artifact", Message: fmt.Sprintf("%q is not a reference to push to: %v", ref, err),
+			Hint: "give REGISTRY/REPOSITORY:TAG, e.g. registry.internal/shop/deploy:production"}
+	}
+	return nil
+}
+
+// pushArtifact makes the artifact of the kustomization in dir and writes it to dest: its
+// signature first, then the manifest under its tag, so that a reader that verifies never finds
+// the tag on an unsigned artifact.
+func (o *options) pushArtifact(ctx context.Context, dest image.Destination, dir string, created time.Time, contextName, env string) (*ArtifactReport, error) {
+	files, _, err := manifest.ReadKustomization(dir)
+	if err != nil {
+		return nil, err
+	}
+	img, err := artifact.New(files, artifact.Metadata{Source: o.source(contextName), Revision: o.revision(env), Created: created})
+	if err != nil {
+		return nil, fmt.Errorf("make the artifact of %s: %w", dir, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return nil, err
+	}
+	report := &ArtifactReport{Reference: o.artifact, Digest: digest.String()}
+	ref, err := name.ParseReference(o.artifact, name.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	if o.signer != nil {
+		if report.Signature, err = signArtifact(ctx, dest, o.signer, ref.Context(), digest); err != nil {
+			return nil, err
+		}
+	}
+	have, err := dest.Manifest(ctx, o.artifact)
+	if err != nil {
+		return nil, err
+	}
+	if have != nil {
+		if d, err := have.Digest(); err == nil && d == digest {
+			return report, nil
+		}
+	}
+	o.events(image.Event{Image: "artifact", Message: "pushing " + o.artifact})
+	if _, err := dest.WriteManifest(ctx, o.artifact, img); err != nil {
+		return nil, fmt.Errorf("push the kustomization as the artifact %s: %w", o.artifact, err)
+	}
+	report.Pushed = true
+	o.log.Debugf("pushed the kustomization as %s@%s", o.artifact, digest)
+	return report, nil
+}
+
+// source and revision default to the context and the environment: what a reader of `flux get
+// sources oci` needs to know where it came from, when CI names no commit.
+func (o *options) source(contextName string) string {
+	if o.artifactSource != "" {
+		return o.artifactSource
+	}
+	return "toa:" + contextName
+}
+
+func (o *options) revision(env string) string {
+	if o.artifactRevision != "" {
+		return o.artifactRevision
+	}
+	return env
+}
+
+// signArtifact adds signer's signature of digest under its cosign signature tag in repo,
+// unless it is there, and returns the tag.
+func signArtifact(ctx context.Context, dest image.Destination, signer *attest.Signer, repo name.Repository, digest v1.Hash) (string, error) {
+	tag, err := attest.SignatureTag(repo, digest.String())
+	if err != nil {
+		return "", err
+	}
+	existing, err := dest.Manifest(ctx, tag.String())
+	if err != nil {
+		return "", err
+	}
+	sigs, err := signer.SignatureImage(existing, repo.Name(), digest.String())
+	if err != nil {
+		return "", err
+	}
+	if sigs != nil {
+		if _, err := dest.WriteManifest(ctx, tag.String(), sigs); err != nil {
+			return "", fmt.Errorf("sign the artifact %s@%s: %w", repo.Name(), digest, err)
+		}
+	}
+	return tag.String(), nil
+}
+
+// pushLayoutArtifact pushes the artifact a layout holds, if any, after its images: its
+// signatures first (added to those the registry has), then the manifest under its tag.
+func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) (*ArtifactReport, error) {
+	entries, err := layout.Attachments()
+	if err != nil {
+		return nil, err
+	}
+	var found *image.LayoutEntry
+	var img v1.Image
+	for i, e := range entries {
+		m, err := layout.Manifest(ctx, e.Reference)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil && artifact.IsFlux(m) {
+			found, img = &entries[i], m
+		}
+	}
+	if found == nil {
+		return nil, nil
+	}
+	dest := image.NewRegistryDestination(o.registries)
+	report := &ArtifactReport{Reference: found.Reference, Digest: found.Digest}
+	ref, err := name.ParseReference(found.Reference, name.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	tag, err := attest.SignatureTag(ref.Context(), found.Digest)
+	if err != nil {
+		return nil, err
+	}
+	sigs, err := layout.Manifest(ctx, tag.String())
+	if err != nil {
+		return nil, err
+	}
+	if sigs != nil {
+		if err := pushSignatures(ctx, dest, tag.String(), sigs); err != nil {
+			return nil, err
+		}
+		report.Signature = tag.String()
+	}
+	if have, err := dest.Digest(ctx, found.Reference); err != nil {
+		return nil, err
+	} else if have == found.Digest {
+		return report, nil
+	}
+	o.events(image.Event{Image: "artifact", Message: "pushing " + found.Reference})
+	if _, err := dest.WriteManifest(ctx, found.Reference, img); err != nil {
+		return nil, fmt.Errorf("push the artifact %s from the layout: %w", found.Reference, err)
+	}
+	report.Pushed = true
+	return report, nil
+}
+
+// pushSignatures writes the layout's signature image under tag, keeping the signatures the
+// registry already has there (a cosign signature image is a layer per signature).
+func pushSignatures(ctx context.Context, dest image.Destination, tag string, sigs v1.Image) error {
+	have, err := dest.Manifest(ctx, tag)
+	if err != nil {
+		return err
+	}
+	if have != nil {
+		if sigs, err = mergeSignatures(have, sigs); err != nil || sigs == nil {
+			return err
+		}
+	}
+	if _, err := dest.WriteManifest(ctx, tag, sigs); err != nil {
+		return fmt.Errorf("push the artifact's signatures %s: %w", tag, err)
+	}
+	return nil
+}
+
+// mergeSignatures is have with the signatures of add it lacks (a signature is its payload's
+// blob and its annotations), or nil when it lacks none.
+func mergeSignatures(have, add v1.Image) (v1.Image, error) {
+	hm, err := have.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	key := func(d v1.Descriptor) string { return fmt.Sprint(d.Digest, d.Annotations) }
+	had := map[string]bool{}
+	for _, l := range hm.Layers {
+		had[key(l)] = true
+	}
+	am, err := add.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	var adds []mutate.Addendum
+	for _, d := range am.Layers {
+		if had[key(d)] {
+			continue
+		}
+		l, err := add.LayerByDigest(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.Addendum{Layer: l, Annotations: d.Annotations, MediaType: d.MediaType})
+	}
+	if len(adds) == 0 {
+		return nil, nil
+	}
+	return mutate.Append(have, adds...)
+}
