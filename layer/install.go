@@ -116,6 +116,11 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 			return nil, j.native(natives)
 		}
 	}
+	if !inBase && in.skipScripts() {
+		if err := o.warnScriptsSkipped(in, j.what, j.modules(staging), j.installDir == nil); err != nil {
+			return nil, err
+		}
+	}
 	layers, err := o.writeJob(staging, j)
 	if err != nil {
 		return nil, fmt.Errorf("write the layer of %s for %s: %w", j.what, in.platform, err)

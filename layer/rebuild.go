@@ -189,6 +189,22 @@ func hasNpm(root string) bool {
 	return false
 }
 
+// warnScriptsSkipped names the install scripts npm skipped for a platform it cannot run them
+// for, when nothing runs them in the base: never silent.
+func (o *options) warnScriptsSkipped(in *install, what, modules string, global bool) error {
+	pkgs, err := findScripts(modules)
+	if err != nil || len(pkgs) == 0 {
+		return err
+	}
+	why := "no base was given to run them in"
+	if global {
+		why = "npm i -g installs run on the runner, and their scripts do not run inside the base yet"
+	}
+	o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s (%s, from this runner %s): %s:\n    %s",
+		len(pkgs), what, in.platform, "Node "+major(in.baseNode), in.runner, why, describe(pkgs)))
+	return nil
+}
+
 // baseRoot is the base unpacked in the cache, and its config.
 func (o *options) baseRoot(ctx context.Context) (string, *v1.ConfigFile, error) {
 	cfg, err := o.base.ConfigFile()
@@ -256,3 +272,5 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func (l *limitedBuffer) String() string { return l.b.String() }

@@ -18,8 +18,8 @@ import (
 // never returns then; otherwise it returns at once. Call it first in main and in TestMain.
 func Init() {
 	data, ok := os.LookupEnv(initEnv)
-	if !ok {
-		return
+	if !ok || len(os.Args) == 0 || os.Args[0] != initName {
+		return // both marks: a variable left in a user's environment does not make an init
 	}
 	var s spec
 	if err := json.Unmarshal([]byte(data), &s); err != nil {
@@ -32,9 +32,15 @@ func Init() {
 	os.Exit(s.run())
 }
 
+// initFailed is the exit code of an init that could not set the sandbox up; its last line of
+// stderr, after initPrefix, says why.
+const initFailed = 125
+
+const initPrefix = "toa-push sandbox: "
+
 func fail(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "toa-push sandbox: "+format+"\n", args...)
-	os.Exit(125)
+	fmt.Fprintf(os.Stderr, initPrefix+format+"\n", args...)
+	os.Exit(initFailed)
 }
 
 // enter lays the overlay over the base's root, binds in what the command needs and pivots into it.

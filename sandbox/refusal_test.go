@@ -57,3 +57,15 @@ func TestUserNamespacesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSetupFailure: an init that cannot set the sandbox up (here: no root to lay the overlay
+// over) is the runner's error, with the init's words, not the command's exit status.
+func TestSetupFailure(t *testing.T) {
+	var out strings.Builder
+	err := Run(t.Context(), Command{Root: filepath.Join(t.TempDir(), "missing"), Upper: t.TempDir(), Platform: "linux/" + runtime.GOARCH,
+		Args: []string{"true"}, Stderr: &out})
+	var runner *RunnerError
+	if !errors.As(err, &runner) || !strings.Contains(err.Error(), "mount an overlay over the base") {
+		t.Errorf("err = %v, want the runner's error of the overlay", err)
+	}
+}

@@ -30,6 +30,9 @@ import (
 // initEnv marks the re-executed process; its value is the JSON of the spec.
 const initEnv = "TOA_SANDBOX_INIT"
 
+// initName is the re-executed process's argv[0], its other mark.
+const initName = "toa-sandbox-init"
+
 // BinfmtEnv names a binfmt_misc folder to look in instead of /proc/sys/fs/binfmt_misc (tests
 // point it at an empty folder).
 const BinfmtEnv = "TOA_BINFMT_MISC"
@@ -117,7 +120,7 @@ func Run(ctx context.Context, c Command) error {
 		return fmt.Errorf("find toa-push's own program to run in the sandbox: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, self)
-	cmd.Args = []string{"toa-sandbox-init"}
+	cmd.Args = []string{initName}
 	cmd.Env = []string{initEnv + "=" + string(data)}
 	var tail bytes.Buffer
 	cmd.Stdout, cmd.Stderr = orTail(c.Stdout, &tail), orTail(c.Stderr, &tail)
@@ -137,9 +140,31 @@ func Run(ctx context.Context, c Command) error {
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
+		if why := setupFailure(exit.ExitCode(), tail.String(), c.Stderr); why != "" {
+			return &RunnerError{Platform: c.Platform, Message: why,
+				Hint: "run toa-push on a Linux runner whose kernel mounts overlayfs in a user namespace (5.11 or later), with the cache (TOA_CACHE) on a local file system"}
+		}
 		return &ExitError{Code: exit.ExitCode(), Output: tail.String()}
 	}
 	return err
+}
+
+// setupFailure is what the init said when it could not set the sandbox up, or "". It writes to
+// the command's stderr, so the words are looked for in what the caller collected too.
+func setupFailure(code int, tail string, stderr io.Writer) string {
+	if code != initFailed {
+		return ""
+	}
+	out := tail
+	if b, ok := stderr.(interface{ String() string }); ok {
+		out += b.String()
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if why, ok := strings.CutPrefix(line, initPrefix); ok {
+			return why
+		}
+	}
+	return ""
 }
 
 // orTail is w, or the tail buffer when the caller gave none.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ const nodeInstall = "install Node.js 20 or later (testdata/setup.sh says which);
 var binary string
 
 func TestMain(m *testing.M) {
+	sandbox.Init() // the tests run commands inside the images' roots
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "toa-push-test")
 	if err != nil {

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/sandbox"
+)
+
+// TestBuildInBase pushes an application with a native addon, a postinstall and build.run lines
+// on the Debian bases (Node 18; arm64 under QEMU): in each platform's image the addon is an ELF of
+// that CPU that the image's own node loads, the postinstall's marker is there, and build.run made
+// one layer with its file and the whiteout of the file it removed.
+func TestBuildInBase(t *testing.T) {
+	addr := harness.Registry(t)
+	harness.PushDebianBase(t, addr)
+	dir := copyApp(t, "native", addr)
+	// TOA_SIGN_KEY would make toa-push sign; the layer package's test covers it
+	t.Setenv("COSIGN_PASSWORD", "secret-password")
+	t.Setenv("KUBECONFIG", "/secret/kubeconfig")
+	cache := t.TempDir()
+	start := time.Now()
+	run := pushUnread(t, dir, cache)
+	t.Logf("first push in %s", time.Since(start))
+	var ref string
+	for _, img := range run.out.Images {
+		if strings.Contains(img.Name, "addon") {
+			ref = img.Reference
+		}
+	}
+	if ref == "" {
+		t.Fatalf("no image of the composition addon in %+v", run.out.Images)
+	}
+	for _, c := range []struct {
+		platform string
+		machine  elf.Machine
+		node     string
+	}{
+		{"linux/amd64", elf.EM_X86_64, "linux/x64 v18."},
+		{"linux/arm64", elf.EM_AARCH64, "linux/arm64 v18."},
+	} {
+		t.Run(c.platform, func(t *testing.T) {
+			rootfs, _ := harness.Unpacked(t, ref, c.platform)
+			modules := filepath.Join(rootfs, "composition", "native-addon", "node_modules")
+			addon := filepath.Join(modules, "toa-test-native", "build", "Release", "addon.node")
+			f, err := elf.Open(addon)
+			if err != nil {
+				t.Fatalf("the addon: %v", err)
+			}
+			f.Close()
+			if f.Machine != c.machine {
+				t.Errorf("addon.node is for %s, want %s", f.Machine, c.machine)
+			}
+			marker, err := os.ReadFile(filepath.Join(modules, "toa-test-marker", "marker.txt"))
+			if err != nil || !strings.HasPrefix(string(marker), c.node) {
+				t.Errorf("the postinstall's marker: %q, %v; want %q...", marker, err, c.node)
+			}
+			env, _ := os.ReadFile(filepath.Join(modules, "toa-test-marker", "env.txt"))
+			for _, secret := range []string{"COSIGN_PASSWORD", "KUBECONFIG"} {
+				if strings.Contains(string(env), secret) {
+					t.Errorf("the postinstall saw %s", secret)
+				}
+			}
+			if data, err := os.ReadFile(filepath.Join(rootfs, "etc", "toa-run-test")); err != nil || string(data) != "test\n" {
+				t.Errorf("/etc/toa-run-test: %q, %v", data, err)
+			}
+			if _, err := os.Lstat(filepath.Join(rootfs, "etc", "debian_version")); err == nil {
+				t.Error("/etc/debian_version, which build.run removed, is in the image")
+			}
+			// the image's own node loads the addon, inside the image's root
+			upper := filepath.Join(t.TempDir(), "upper")
+			os.Mkdir(upper, 0o755)
+			var out bytes.Buffer
+			start := time.Now()
+			err = sandbox.Run(t.Context(), sandbox.Command{Root: rootfs, Upper: upper, Platform: c.platform,
+				Args: []string{"node", "-e", "require('toa-test-native'); console.log(process.arch, 'loaded')"},
+				Env:  []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Dir: "/composition/native-addon", Stdout: &out, Stderr: &out})
+			t.Logf("node -e require in the image: %s, %s", time.Since(start), strings.TrimSpace(out.String()))
+			if err != nil || !strings.Contains(out.String(), "loaded") {
+				t.Errorf("node -e require: %v\n%s", err, out.String())
+			}
+		})
+	}
+	start = time.Now()
+	again := pushUnread(t, dir, t.TempDir())
+	t.Logf("a push with no change, another cache: %s", time.Since(start))
+	for _, img := range again.out.Images {
+		if img.Built || img.DepsBuilt {
+			t.Errorf("a push with no change built %s", img.Name)
+		}
+	}
+	// a code change: nothing runs in a base, the dependencies image is the registry's
+	code := filepath.Join(dir, "components", "native.addon", "load.js")
+	os.WriteFile(code, []byte("'use strict'\n\nexports.load = async () => 'changed'\n"), 0o644)
+	start = time.Now()
+	changed := pushUnread(t, dir, cache)
+	t.Logf("a push after a code change: %s", time.Since(start))
+	for _, img := range changed.out.Images {
+		if img.DepsBuilt {
+			t.Errorf("a code change rebuilt the dependencies of %s", img.Name)
+		}
+	}
+}
+
+// TestBuildInBaseRefusals: what the runner lacks fails before anything is pushed, with the
+// platform and what to do; a run line for a base without a shell is the user's to fix.
+func TestBuildInBaseRefusals(t *testing.T) {
+	addr := harness.Registry(t)
+	harness.PushDebianBase(t, addr)
+	t.Run("no emulator", func(t *testing.T) {
+		dir := copyApp(t, "native", addr)
+		t.Setenv("TOA_CACHE", t.TempDir())
+		t.Setenv(sandbox.BinfmtEnv, t.TempDir())
+		code, _, stderr := run(t, dir, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+		if code != 1 || !strings.Contains(stderr, "cannot build for linux/arm64 inside its base on this runner: no emulator for arm64 is registered with binfmt_misc") ||
+			!strings.Contains(stderr, "sudo apt-get install -y qemu-user-static binfmt-support") {
+			t.Errorf("exit %d:\n%s", code, stderr)
+		}
+		reg, err := name.NewRegistry(addr, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repos, err := remote.Catalog(t.Context(), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range repos {
+			if !strings.HasPrefix(r, "bases/") {
+				t.Errorf("the refused push wrote %s", r)
+			}
+		}
+	})
+	t.Run("user namespaces refused", func(t *testing.T) {
+		if _, err := exec.LookPath("unshare"); err != nil {
+			t.Skip("no unshare on this machine")
+		}
+		dir := copyApp(t, "native", addr)
+		cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
+			`echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"`, "sh", binary, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+		cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true", "TOA_CACHE="+t.TempDir())
+		code, _, stderr := outcome(t, cmd)
+		if code != 1 || !strings.Contains(stderr, "inside its base on this runner: it does not allow unprivileged user namespaces (user.max_user_namespaces is 0)") {
+			t.Errorf("exit %d:\n%s", code, stderr)
+		}
+	})
+	t.Run("no shell", func(t *testing.T) {
+		harness.PushTestBase(t, addr)
+		dir := copyApp(t, "native", addr)
+		file := filepath.Join(dir, "context.toa.yaml")
+		data, _ := os.ReadFile(file)
+		os.WriteFile(file, bytes.Replace(data, []byte("bases/debian-node:18"), []byte("bases/node:test"), 1), 0o644)
+		t.Setenv("TOA_CACHE", t.TempDir())
+		code, _, stderr := run(t, dir, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+		if code != 2 || !strings.Contains(stderr, "registry.build.run: `echo test > /etc/toa-run-test`: the base for linux/amd64 (glibc) has no /bin/sh to run it") {
+			t.Errorf("exit %d:\n%s", code, stderr)
+		}
+	})
+}
