@@ -199,3 +199,39 @@ func TestArtifactFlags(t *testing.T) {
 		}
 	}
 }
+
+// CI's second job with --artifact: toa-apply oci://REF@DIGEST --verify-key applies what the
+// first job pushed, on the local control plane, and waits for it as for a folder.
+func TestApplyFromRegistry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a registry, npm, cosign and the control plane")
+	}
+	if os.Getenv("TOA_TEST_NO_CLUSTER") == "1" {
+		t.Skip("TOA_TEST_NO_CLUSTER=1: no control plane")
+	}
+	cosign := harness.Tool(t, "cosign")
+	kubeconfig := harness.Kubeconfig(t)
+	namespace := harness.Namespace(t, kubeconfig)
+	apply := buildApply(t)
+	addr := harness.Registry(t)
+	harness.PushTestBase(t, addr)
+	dir := copyApp(t, "pushed", addr)
+	key, pub := cosignKeyPair(t, cosign)
+	t.Setenv("TOA_CACHE", t.TempDir())
+	out := pushArtifact(t, dir, "--sign-key", key, "--artifact", addr+"/pushed/deploy:production")
+	from := "oci://" + addr + "/pushed/deploy@" + out.Artifact.Digest
+	code, stdout, stderr := runApply(t, apply, from, "--verify-key", pub, "--kubeconfig", kubeconfig, "-n", namespace, "--timeout", "3m")
+	if code != 0 {
+		t.Fatalf("toa-apply %s exited %d:\n%s\n%s", from, code, stdout, stderr)
+	}
+	cs := clientsetFor(t, kubeconfig)
+	for _, img := range out.Images {
+		d := getDeployment(t, cs, namespace, img.Name)
+		if c := d.Spec.Template.Spec.Containers[0]; c.Image != img.Reference || d.Status.UpdatedReplicas != *d.Spec.Replicas {
+			t.Errorf("Deployment %s: image %s, %d updated", img.Name, c.Image, d.Status.UpdatedReplicas)
+		}
+	}
+	if !strings.Contains(stdout, "revision 1 recorded") {
+		t.Errorf("toa-apply:\n%s", stdout)
+	}
+}
