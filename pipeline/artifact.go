@@ -3,11 +3,13 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/artifact"
 	"github.com/toa-deploy/toa-deploy/attest"
@@ -22,6 +24,10 @@ type ArtifactReport struct {
 	Digest    string `json:"digest"`              // its manifest's digest
 	Signature string `json:"signature,omitempty"` // the cosign signature tag, when it was signed
 	Pushed    bool   `json:"pushed"`              // false when the destination already had it under the tag
+
+	// Provenance is the digest of its provenance (in-toto, SLSA v1, naming every image it pins),
+	// attached as a referrer unless attestations are off (--sbom none); signed with it.
+	Provenance string `json:"provenance,omitempty"`
 }
 
 // WithArtifact pushes the kustomization, once written, as an OCI artifact in Flux's format
@@ -56,7 +62,7 @@ func checkArtifactRef(ref string) error {
 // signature first, then the manifest under its tag, so that a reader that verifies never finds
 // the tag on an unsigned artifact.
 func (o *options) pushArtifact(ctx context.Context, dest image.Destination, dir string, created time.Time, contextName, env string) (*ArtifactReport, error) {
-	files, _, err := manifest.ReadKustomization(dir)
+	files, k, err := manifest.ReadKustomization(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +79,27 @@ func (o *options) pushArtifact(ctx context.Context, dest image.Destination, dir 
 	if err != nil {
 		return nil, err
 	}
+	if o.sbom != attest.None {
+		build := &attest.ArtifactBuild{Reference: o.artifact, Digest: digest.String(), Context: contextName, Environment: env}
+		for _, img := range k.Images {
+			build.Images = append(build.Images, attest.PinnedImage{Repository: img.Name, Digest: img.Digest})
+		}
+		if report.Provenance, err = attachProvenance(ctx, dest, build, ref.Context(), img, created); err != nil {
+			return nil, err
+		}
+	}
 	if o.signer != nil {
 		if report.Signature, err = signArtifact(ctx, dest, o.signer, ref.Context(), digest); err != nil {
 			return nil, err
+		}
+		if report.Provenance != "" {
+			h, err := v1.NewHash(report.Provenance)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := signArtifact(ctx, dest, o.signer, ref.Context(), h); err != nil {
+				return nil, err
+			}
 		}
 	}
 	have, err := dest.Manifest(ctx, o.artifact)
@@ -112,6 +136,36 @@ func (o *options) revision(env string) string {
 	return env
 }
 
+// attachProvenance writes the artifact's provenance as a referrer of it (its subject), and
+// returns the referrer's digest.
+func attachProvenance(ctx context.Context, dest image.Destination, build *attest.ArtifactBuild, repo name.Repository, subject v1.Image, created time.Time) (string, error) {
+	doc, err := build.Provenance(attest.ToaPush())
+	if err != nil {
+		return "", err
+	}
+	size, err := subject.Size()
+	if err != nil {
+		return "", err
+	}
+	desc := v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: size, Digest: v1.Hash{}}
+	if desc.Digest, err = subject.Digest(); err != nil {
+		return "", err
+	}
+	ref, err := attest.Artifact(doc, attest.MediaTypeInToto, attest.MediaTypeInToto, attest.ProvenanceFile, desc,
+		map[string]string{attest.AnnotationCreated: created.UTC().Format(time.RFC3339), attest.AnnotationPredicateType: attest.PredicateSLSAProvenance})
+	if err != nil {
+		return "", err
+	}
+	d, err := ref.Digest()
+	if err != nil {
+		return "", err
+	}
+	if _, err := dest.WriteManifest(ctx, repo.Digest(d.String()).String(), ref); err != nil {
+		return "", fmt.Errorf("attach the provenance of the artifact %s@%s: %w", repo.Name(), desc.Digest, err)
+	}
+	return d.String(), nil
+}
+
 // signArtifact adds signer's signature of digest under its cosign signature tag in repo,
 // unless it is there, and returns the tag.
 func signArtifact(ctx context.Context, dest image.Destination, signer *attest.Signer, repo name.Repository, digest v1.Hash) (string, error) {
@@ -135,8 +189,9 @@ func signArtifact(ctx context.Context, dest image.Destination, signer *attest.Si
 	return tag.String(), nil
 }
 
-// pushLayoutArtifact pushes the artifact a layout holds, if any, after its images: its
-// signatures first (added to those the registry has), then the manifest under its tag.
+// pushLayoutArtifact pushes the artifact a layout holds, if any, after its images: what is
+// attached to it first (its provenance, and its signatures added to those the registry has),
+// then the manifest under its tag.
 func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) (*ArtifactReport, error) {
 	entries, err := layout.Attachments()
 	if err != nil {
@@ -158,23 +213,29 @@ func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) 
 	}
 	dest := image.NewRegistryDestination(o.registries)
 	report := &ArtifactReport{Reference: found.Reference, Digest: found.Digest}
-	ref, err := name.ParseReference(found.Reference, name.Insecure)
-	if err != nil {
-		return nil, err
-	}
-	tag, err := attest.SignatureTag(ref.Context(), found.Digest)
-	if err != nil {
-		return nil, err
-	}
-	sigs, err := layout.Manifest(ctx, tag.String())
-	if err != nil {
-		return nil, err
-	}
-	if sigs != nil {
-		if err := pushSignatures(ctx, dest, tag.String(), sigs); err != nil {
+	for _, e := range entries {
+		if e.Repository() != found.Repository() || e.Reference == found.Reference {
+			continue
+		}
+		m, err := layout.Manifest(ctx, e.Reference)
+		if err != nil || m == nil {
 			return nil, err
 		}
-		report.Signature = tag.String()
+		if strings.HasSuffix(e.Reference, ".sig") {
+			if err := pushSignatures(ctx, dest, e.Reference, m); err != nil {
+				return nil, err
+			}
+			if strings.HasSuffix(e.Reference, strings.Replace(found.Digest, ":", "-", 1)+".sig") {
+				report.Signature = e.Reference
+			}
+			continue
+		}
+		if _, err := dest.WriteManifest(ctx, e.Reference, m); err != nil {
+			return nil, fmt.Errorf("push %s from the layout: %w", e.Reference, err)
+		}
+		if e.ArtifactType == attest.MediaTypeInToto {
+			report.Provenance = e.Digest
+		}
 	}
 	if have, err := dest.Digest(ctx, found.Reference); err != nil {
 		return nil, err

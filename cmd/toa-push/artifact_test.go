@@ -17,10 +17,11 @@ type artifactOutput struct {
 		Reference string `json:"reference"`
 	} `json:"images"`
 	Artifact *struct {
-		Reference string `json:"reference"`
-		Digest    string `json:"digest"`
-		Signature string `json:"signature"`
-		Pushed    bool   `json:"pushed"`
+		Reference  string `json:"reference"`
+		Digest     string `json:"digest"`
+		Signature  string `json:"signature"`
+		Pushed     bool   `json:"pushed"`
+		Provenance string `json:"provenance"`
 	} `json:"artifact"`
 }
 
@@ -62,12 +63,31 @@ func TestArtifact(t *testing.T) {
 	out := pushArtifact(t, dir, "-k", k, "--sign-key", key, "--artifact", ref,
 		"--artifact-source", "https://git.example/shop", "--artifact-revision", "main@sha1:0123abcd")
 	a := out.Artifact
-	if a.Reference != ref || !strings.HasPrefix(a.Digest, "sha256:") || !a.Pushed || a.Signature != addr+"/pushed/deploy:"+strings.Replace(a.Digest, ":", "-", 1)+".sig" {
+	if a.Reference != ref || !strings.HasPrefix(a.Digest, "sha256:") || !a.Pushed || !strings.HasPrefix(a.Provenance, "sha256:") || a.Signature != addr+"/pushed/deploy:"+strings.Replace(a.Digest, ":", "-", 1)+".sig" {
 		t.Errorf("artifact %+v", a)
 	}
 	byDigest := addr + "/pushed/deploy@" + a.Digest
-	if o, err := tool(t, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", byDigest); err != nil {
-		t.Errorf("cosign verify %s: %v\n%s", byDigest, err, o)
+	provenance := addr + "/pushed/deploy@" + a.Provenance
+	for _, signed := range []string{byDigest, provenance} {
+		if o, err := tool(t, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", signed); err != nil {
+			t.Errorf("cosign verify %s: %v\n%s", signed, err, o)
+		}
+	}
+	// its provenance, a referrer, names every image it pins
+	if o, err := tool(t, oras, "discover", "--plain-http", "--format", "json", byDigest); err != nil || !strings.Contains(o, a.Provenance) {
+		t.Errorf("oras discover %s: %v\n%s", byDigest, err, o)
+	}
+	pulled := t.TempDir()
+	if o, err := tool(t, oras, "pull", "--plain-http", "-o", pulled, provenance); err != nil {
+		t.Errorf("oras pull %s: %v\n%s", provenance, err, o)
+	} else if doc, err := os.ReadFile(filepath.Join(pulled, "provenance.intoto.json")); err != nil {
+		t.Error(err)
+	} else {
+		for _, img := range out.Images {
+			if !strings.Contains(string(doc), "oci://"+img.Reference) {
+				t.Errorf("the artifact's provenance does not name %s:\n%s", img.Reference, doc)
+			}
+		}
 	}
 	manifest, err := tool(t, oras, "manifest", "fetch", "--plain-http", ref)
 	if err != nil {
@@ -109,7 +129,8 @@ func TestArtifact(t *testing.T) {
 		t.Errorf("into the layout: digest %s, pushed %s", written.Artifact.Digest, a.Digest)
 	}
 	carried := pushArtifact(t, t.TempDir(), "--from-oci-layout", layout, "-k", filepath.Join(t.TempDir(), "k"))
-	if carried.Artifact.Digest != a.Digest || carried.Artifact.Reference != layoutRef || !carried.Artifact.Pushed || carried.Artifact.Signature == "" {
+	if carried.Artifact.Digest != a.Digest || carried.Artifact.Reference != layoutRef || !carried.Artifact.Pushed || carried.Artifact.Signature == "" ||
+		carried.Artifact.Provenance != written.Artifact.Provenance {
 		t.Errorf("from the layout: %+v", carried.Artifact)
 	}
 	if o, err := tool(t, cosign, "verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry", layoutRef); err != nil {
@@ -176,5 +197,41 @@ func TestArtifactFlags(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, %s; want 2 and %q", c.args, code, stderr, c.want)
 		}
+	}
+}
+
+// CI's second job with --artifact: toa-apply oci://REF@DIGEST --verify-key applies what the
+// first job pushed, on the local control plane, and waits for it as for a folder.
+func TestApplyFromRegistry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a registry, npm, cosign and the control plane")
+	}
+	if os.Getenv("TOA_TEST_NO_CLUSTER") == "1" {
+		t.Skip("TOA_TEST_NO_CLUSTER=1: no control plane")
+	}
+	cosign := harness.Tool(t, "cosign")
+	kubeconfig := harness.Kubeconfig(t)
+	namespace := harness.Namespace(t, kubeconfig)
+	apply := buildApply(t)
+	addr := harness.Registry(t)
+	harness.PushTestBase(t, addr)
+	dir := copyApp(t, "pushed", addr)
+	key, pub := cosignKeyPair(t, cosign)
+	t.Setenv("TOA_CACHE", t.TempDir())
+	out := pushArtifact(t, dir, "--sign-key", key, "--artifact", addr+"/pushed/deploy:production")
+	from := "oci://" + addr + "/pushed/deploy@" + out.Artifact.Digest
+	code, stdout, stderr := runApply(t, apply, from, "--verify-key", pub, "--kubeconfig", kubeconfig, "-n", namespace, "--timeout", "3m")
+	if code != 0 {
+		t.Fatalf("toa-apply %s exited %d:\n%s\n%s", from, code, stdout, stderr)
+	}
+	cs := clientsetFor(t, kubeconfig)
+	for _, img := range out.Images {
+		d := getDeployment(t, cs, namespace, img.Name)
+		if c := d.Spec.Template.Spec.Containers[0]; c.Image != img.Reference || d.Status.UpdatedReplicas != *d.Spec.Replicas {
+			t.Errorf("Deployment %s: image %s, %d updated", img.Name, c.Image, d.Status.UpdatedReplicas)
+		}
+	}
+	if !strings.Contains(stdout, "revision 1 recorded") {
+		t.Errorf("toa-apply:\n%s", stdout)
 	}
 }

@@ -4,12 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 // Tool returns the path of a client the tests read our output with, built from its Go module by
 // testdata/tools/install.sh into $TOA_CACHE/tools (default ~/.cache/toa-deploy/tools): "oras",
-// "cosign". A missing tool fails the test with what to run; under -short the test is skipped.
+// "cosign"; Flux's "flux", "source-controller" and "kustomize-controller" by
+// testdata/tools/flux.sh. A missing tool fails the test with what to run; under -short the test is skipped.
 func Tool(t testing.TB, name string) string {
 	t.Helper()
 	if testing.Short() {
@@ -25,7 +27,11 @@ func Tool(t testing.TB, name string) string {
 	}
 	path := filepath.Join(cache, "tools", name)
 	if info, err := os.Stat(path); err != nil || info.Mode()&0o111 == 0 {
-		t.Fatalf("no %s at %s: run `bash testdata/tools/install.sh %s`, or `make test`, which runs it", name, path, name)
+		script := "install.sh"
+		if name == "flux" || strings.HasSuffix(name, "-controller") {
+			script = "flux.sh" // Flux's own code, built by a script of its own
+		}
+		t.Fatalf("no %s at %s: run `bash testdata/tools/%s %s`, or `make test`, which runs it", name, path, script, name)
 	}
 	return path
 }
