@@ -219,3 +219,52 @@ func TestLocalPackages(t *testing.T) {
 		})
 	}
 }
+
+// TestKustomizationFolderRefused: a -k folder holding a file toa-push did not write is refused
+// before any work, naming it (it was emptied silently, exit 0); a kustomization.yaml there that
+// links to /dev/zero or is a named pipe is refused by name, never read. Nothing is pushed.
+func TestKustomizationFolderRefused(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	for _, c := range []struct {
+		name  string
+		make  func(t *testing.T, k string)
+		words string
+	}{
+		{"foreign file", func(t *testing.T, k string) {
+			os.WriteFile(filepath.Join(k, "kustomization.yaml"), []byte("# Written by toa-push for the Toa context 'shop'.\nresources: [deployments.yaml]\n"), 0o644)
+			os.WriteFile(filepath.Join(k, "deployments.yaml"), []byte("kind: Deployment\n"), 0o644)
+			os.WriteFile(filepath.Join(k, "notes.txt"), []byte("mine\n"), 0o644)
+		}, "deployment: holds files toa-push did not write (notes.txt): toa-push writes the kustomization there, and would replace it"},
+		{"dev-zero", func(t *testing.T, k string) {
+			os.Symlink("/dev/zero", filepath.Join(k, "kustomization.yaml"))
+		}, "deployment/kustomization.yaml: links to /dev/zero, which is a device, not a regular file"},
+		{"fifo", func(t *testing.T, k string) {
+			syscall.Mkfifo(filepath.Join(k, "kustomization.yaml"), 0o644)
+		}, "deployment/kustomization.yaml: is a named pipe (FIFO), not a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			registry := harness.MemoryRegistry(t)
+			harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+			dir, _ := localsApp(t, registry)
+			k := filepath.Join(dir, "deployment")
+			os.Mkdir(k, 0o755)
+			c.make(t, k)
+			for _, args := range [][]string{{"--plan"}, {"--timeout", "20s"}} {
+				m := runMeasured(t, dir, 30*time.Second, append([]string{"--path", dir, "-k", k}, args...)...)
+				if m.code != 2 || !strings.Contains(m.stderr, c.words) {
+					t.Errorf("%v: exit %d, want 2 with %q:\n%s", args, m.code, c.words, m.stderr)
+				}
+				if m.took > 10*time.Second {
+					t.Errorf("%v: took %s", args, m.took)
+				}
+				t.Logf("%v: exit %d in %s, peak %d MiB", args, m.code, m.took.Round(time.Millisecond), m.peak>>20)
+			}
+			if c.name == "foreign file" {
+				if _, err := os.Stat(filepath.Join(k, "notes.txt")); err != nil {
+					t.Errorf("the user's file is gone: %v", err)
+				}
+			}
+			noTags(t, registry, "shop/composition-front")
+		})
+	}
+}
