@@ -5,14 +5,12 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cli.SignalContext(context.Background(), "toa-push")
 	defer stop()
 	log := cli.Logger(os.Stderr, false)
 	cmd := &pushCommand{}
