@@ -268,3 +268,32 @@ func TestKustomizationFolderRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestRetagKeepsTags: the same base under another name (registry.build.image changed, the same
+// digests) gives the same tags, and nothing is built again (README: a retag keeps them).
+func TestRetagKeepsTags(t *testing.T) {
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	from, _ := name.ParseReference(registry+"/bases/node:test", name.Insecure)
+	to, _ := name.ParseReference(registry+"/mirror/node:renamed", name.Insecure)
+	idx, err := remote.Index(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(to, idx); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := localsApp(t, registry)
+	cache := t.TempDir()
+	first := push(t, dir, cache)
+	context := filepath.Join(dir, "context.toa.yaml")
+	data, _ := os.ReadFile(context)
+	os.WriteFile(context, []byte(strings.ReplaceAll(string(data), "/bases/node:test", "/mirror/node:renamed")), 0o644)
+	second := pushUnread(t, dir, cache).out
+	if len(first.Images) != 1 || len(second.Images) != 1 {
+		t.Fatalf("images: %v, %v", first.Images, second.Images)
+	}
+	if first.Images[0].Tag != second.Images[0].Tag || second.Images[0].Built {
+		t.Errorf("the same base renamed: tag %s then %s, built again %v", first.Images[0].Tag, second.Images[0].Tag, second.Images[0].Built)
+	}
+}
