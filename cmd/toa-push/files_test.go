@@ -297,3 +297,55 @@ func TestRetagKeepsTags(t *testing.T) {
 		t.Errorf("the same base renamed: tag %s then %s, built again %v", first.Images[0].Tag, second.Images[0].Tag, second.Images[0].Built)
 	}
 }
+
+// TestLayoutBlobsBounded: --from-oci-layout reads no index, manifest or config past 4 MiB, none
+// that is not its digest, and never waits on a named pipe: a 2 GB index blob (declared so, or
+// declared small), and a FIFO in its place, are bad input naming the blob, within 300 MiB.
+func TestLayoutBlobsBounded(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	sparse := func(t *testing.T, path string) {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(2 << 30) // sparse: no disk used
+		f.Close()
+	}
+	for _, c := range []struct {
+		name     string
+		declared int64
+		make     func(t *testing.T, path string)
+		words    string
+	}{
+		{"2 GB declared", 2 << 30, sparse, "is declared 2147483648 bytes, more than the 4 MiB toa-push reads of a manifest or config"},
+		{"2 GB declared small", 300, sparse, "is 2 GiB, more than the 4 MiB toa-deploy reads"},
+		{"fifo", 300, func(t *testing.T, path string) { syscall.Mkfifo(path, 0o644) }, "is a named pipe (FIFO), not a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			registry := harness.MemoryRegistry(t)
+			dir := t.TempDir()
+			os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755)
+			os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion": "1.0.0"}`), 0o644)
+			index := map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+				"manifests": []any{map[string]any{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": "sha256:" + hex,
+					"size": c.declared, "annotations": map[string]string{"io.containerd.image.name": registry + "/shop/composition-front:1a2b3c4d",
+						"org.opencontainers.image.ref.name": "1a2b3c4d"}}}}
+			data, _ := json.Marshal(index)
+			os.WriteFile(filepath.Join(dir, "index.json"), data, 0o644)
+			c.make(t, filepath.Join(dir, "blobs", "sha256", hex))
+			os.Mkdir(filepath.Join(dir, "kustomization"), 0o755)
+			os.WriteFile(filepath.Join(dir, "kustomization", "kustomization.yaml"),
+				[]byte("# Written by toa-push for the Toa context 'shop'.\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nimages:\n- name: "+registry+"/shop/composition-front\n  digest: sha256:"+hex+"\n"), 0o644)
+			m := runMeasured(t, dir, 30*time.Second, "--from-oci-layout", dir, "-k", filepath.Join(t.TempDir(), "deployment"))
+			if m.code != 2 || !strings.Contains(m.stderr, "blobs/sha256/"+hex) || !strings.Contains(m.stderr, c.words) {
+				t.Errorf("exit %d, want 2 naming the blob with %q:\n%s", m.code, c.words, m.stderr)
+			}
+			if m.took > 10*time.Second {
+				t.Errorf("took %s", m.took)
+			}
+			t.Logf("exit %d in %s, peak %d MiB", m.code, m.took.Round(time.Millisecond), m.peak>>20)
+			noTags(t, registry, "shop/composition-front")
+		})
+	}
+}
