@@ -51,6 +51,9 @@ func (c *applyCommand) stdout() io.Writer {
 }
 
 func main() {
+	if code, supervised := cli.Supervise("toa-apply"); supervised {
+		os.Exit(code)
+	}
 	ctx, stop := cli.SignalContext(context.Background(), "toa-apply")
 	defer stop()
 	log := cli.Logger(os.Stderr, false)

@@ -10,6 +10,9 @@ import (
 )
 
 func main() {
+	if code, supervised := cli.Supervise("toa-push"); supervised {
+		os.Exit(code)
+	}
 	ctx, stop := cli.SignalContext(context.Background(), "toa-push")
 	defer stop()
 	log := cli.Logger(os.Stderr, false)
