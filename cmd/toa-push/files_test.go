@@ -379,3 +379,33 @@ func TestLayoutBlobsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestNamedFilesBounded: the files named by --sign-key and --ca-file are read as every file of
+// the user's is: a named pipe or a link to /dev/zero is refused by name at once.
+func TestNamedFilesBounded(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	dir, _ := localsApp(t, registry)
+	fifo := filepath.Join(t.TempDir(), "key.pem")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, file, words string
+	}{
+		{"--sign-key", fifo, "key.pem: is a named pipe (FIFO), not a regular file"},
+		{"--ca-file", zero, "ca.pem: links to /dev/zero, which is a device, not a regular file"},
+	} {
+		m := runMeasured(t, dir, 30*time.Second, "--path", dir, "-k", filepath.Join(dir, "deployment"), c.flag, c.file)
+		if m.code != 2 || !strings.Contains(m.stderr, c.words) || m.took > 10*time.Second {
+			t.Errorf("%s: exit %d in %s, want 2 with %q:\n%s", c.flag, m.code, m.took, c.words, m.stderr)
+		}
+		t.Logf("%s: exit %d in %s, peak %d MiB", c.flag, m.code, m.took.Round(time.Millisecond), m.peak>>20)
+	}
+	noTags(t, registry, "shop/composition-front")
+}
