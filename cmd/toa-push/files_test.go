@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -408,4 +410,35 @@ func TestNamedFilesBounded(t *testing.T) {
 		t.Logf("%s: exit %d in %s, peak %d MiB", c.flag, m.code, m.took.Round(time.Millisecond), m.peak>>20)
 	}
 	noTags(t, registry, "shop/composition-front")
+}
+
+// TestOddCacheFilesAreAbsent: a cache file that is a named pipe or a link to /dev/zero is no
+// entry: a push neither waits on it nor reads it without end, and succeeds.
+func TestOddCacheFilesAreAbsent(t *testing.T) {
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	dir, _ := localsApp(t, registry)
+	cache := t.TempDir()
+	t.Setenv("TOA_CACHE", cache)
+	sum := sha256.Sum256([]byte(registry + "/bases/node:test"))
+	fifo := func(path string) {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := syscall.Mkfifo(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zero := func(path string) {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.Symlink("/dev/zero", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo(filepath.Join(cache, "runner.json"))
+	zero(filepath.Join(cache, "bases", hex.EncodeToString(sum[:])+".json"))
+	fifo(filepath.Join(cache, "registries", strings.NewReplacer(":", "_", "/", "_").Replace(registry)+".blobs"))
+	m := runMeasured(t, dir, 2*time.Minute, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+	if m.code != 0 || m.took > time.Minute {
+		t.Errorf("exit %d in %s, want 0:\n%s", m.code, m.took, m.stderr)
+	}
+	t.Logf("exit %d in %s, peak %d MiB", m.code, m.took.Round(time.Millisecond), m.peak>>20)
 }
