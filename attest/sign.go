@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -26,6 +25,7 @@ import (
 	"golang.org/x/crypto/scrypt"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // What cosign reads of a signature (sigstore/cosign v3: pkg/oci/static/signature.go,
@@ -331,7 +331,10 @@ func LoadKey(spec string, lookupEnv func(string) (string, bool)) (*Signer, error
 		}
 		return ParseKey([]byte(pemData), "$"+v, password)
 	}
-	f, err := os.Open(spec)
+	f, err := fsys.Open(spec, maxKey) // a FIFO there would block the open, a device the read
+	if fault.IsInput(err) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, &fault.Input{File: spec, Key: "--sign-key", Message: "cannot be read: " + err.Error(),
 			Hint: "give --sign-key the file of an ECDSA P-256 private key in PEM"}

@@ -164,6 +164,9 @@ func (l *Layout) index(digest string) (v1.ImageIndex, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := l.checkTree(digest); err != nil {
+		return nil, err
+	}
 	root, err := layout.ImageIndexFromPath(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read the OCI layout %s: %w", l.dir, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,9 +296,31 @@ func replaceable(dir string) (bool, error) {
 	if len(entries) == 0 {
 		return true, nil
 	}
-	data, err := os.ReadFile(filepath.Join(dir, KustomizationFile))
-	if err != nil || !bytes.HasPrefix(data, []byte(header)) {
+	// read within a bound and without blocking: a link to /dev/zero or a named pipe there is
+	// refused by name, never read without end
+	data, err := fsys.ReadFile(filepath.Join(dir, KustomizationFile), fsys.MaxYAMLSize)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, err
+	}
+	var k types.Kustomization
+	if err != nil || !bytes.HasPrefix(data, []byte(header)) || sigsyaml.Unmarshal(data, &k) != nil {
 		return false, refuse("holds files toa-push did not write")
+	}
+	written := map[string]bool{KustomizationFile: true}
+	for _, r := range k.Resources {
+		written[r] = true
+	}
+	var others []string
+	for _, e := range entries {
+		switch {
+		case e.IsDir():
+			others = append(others, e.Name()+"/")
+		case !written[e.Name()] || !e.Type().IsRegular():
+			others = append(others, e.Name())
+		}
+	}
+	if len(others) > 0 {
+		return false, refuse("holds files toa-push did not write (" + strings.Join(others, ", ") + ")")
 	}
 	return true, nil
 }

@@ -130,10 +130,16 @@ func TestWriteReplacesItsOwnFolderOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "stale.yaml"), []byte("kind: Stale\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	writeApp(t, "derived", "default", dir)
-	if _, err := os.Stat(filepath.Join(dir, "stale.yaml")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a file of the old folder is left: %v", err)
+	// a file toa-push did not write is refused by name (issue 26), and left where it is
+	err := WriteKustomization(dir, map[string][]byte{KustomizationFile: []byte(header)})
+	if !fault.IsInput(err) || !strings.Contains(err.Error(), "holds files toa-push did not write (stale.yaml)") {
+		t.Errorf("a folder with a file toa-push did not write: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(dir, "stale.yaml")); err != nil {
+		t.Errorf("a refused write removed the file: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "stale.yaml"))
+	writeApp(t, "derived", "default", dir)
 	data, _ := os.ReadFile(filepath.Join(dir, KustomizationFile))
 	if !bytes.Contains(data, []byte("toa/context: derived")) {
 		t.Errorf("not replaced:\n%s", data)

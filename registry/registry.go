@@ -16,7 +16,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +27,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // Registries is how toa-push talks to registries in one run: credentials from Docker's config
@@ -163,7 +164,7 @@ func connectionPool(cfg *registryConfig) (*http.Transport, error) {
 	}
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if cfg.caFile != "" {
-		pem, err := os.ReadFile(cfg.caFile)
+		pem, err := fsys.ReadFile(cfg.caFile, fsys.MaxPackageSize) // a FIFO or a device is refused, not waited on
 		if err != nil {
 			return nil, fmt.Errorf("read --ca-file %s: %w", cfg.caFile, err)
 		}

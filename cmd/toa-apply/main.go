@@ -7,10 +7,8 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -54,7 +52,10 @@ func (c *applyCommand) stdout() io.Writer {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if code, supervised := cli.Supervise("toa-apply"); supervised {
+		os.Exit(code)
+	}
+	ctx, stop := cli.SignalContext(context.Background(), "toa-apply")
 	defer stop()
 	log := cli.Logger(os.Stderr, false)
 	cmd := &applyCommand{}

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,17 +36,44 @@ type measured struct {
 	peak           int64 // bytes
 }
 
+// launcherVariable makes the test binary a launcher of toa-push that writes its peak memory to
+// the file the variable names. The peak the kernel reports for a child counts the memory of the
+// process it was forked from (the test process, hundreds of MiB after some tests): the launcher,
+// small after its exec, forks toa-push afresh.
+const launcherVariable = "TOA_TEST_PEAK_FILE"
+
+func launch() int {
+	peakFile := os.Getenv(launcherVariable)
+	os.Unsetenv(launcherVariable)
+	cmd := exec.Command(os.Args[1], os.Args[2:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run()
+	if cmd.ProcessState == nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 125
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		os.WriteFile(peakFile, []byte(fmt.Sprint(ru.Maxrss<<10)), 0o644)
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
 func runMeasured(t *testing.T, dir string, within time.Duration, args ...string) measured {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peakFile := filepath.Join(t.TempDir(), "peak")
+	cmd := exec.CommandContext(ctx, self, append([]string{binary}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true")
+	cmd.Env = append(os.Environ(), "TOA_ENV=", "CI=true", launcherVariable+"="+peakFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	m := measured{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
 	if ctx.Err() != nil {
 		t.Fatalf("toa-push ran past %s and was killed:\n%s", within, m.stderr)
@@ -53,9 +83,11 @@ func runMeasured(t *testing.T, dir string, within time.Duration, args ...string)
 	} else if err != nil {
 		t.Fatalf("run toa-push: %v", err)
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		m.peak = ru.Maxrss << 10
+	data, err := os.ReadFile(peakFile)
+	if err != nil {
+		t.Fatalf("the launcher measured nothing: %v\n%s", err, m.stderr)
 	}
+	fmt.Sscan(string(data), &m.peak)
 	if m.peak > peakLimit {
 		t.Errorf("peak memory %d MiB, more than %d MiB", m.peak>>20, peakLimit>>20)
 	}
@@ -218,4 +250,195 @@ func TestLocalPackages(t *testing.T) {
 			noTags(t, registry, "shop/composition-front")
 		})
 	}
+}
+
+// TestKustomizationFolderRefused: a -k folder holding a file toa-push did not write is refused
+// before any work, naming it (it was emptied silently, exit 0); a kustomization.yaml there that
+// links to /dev/zero or is a named pipe is refused by name, never read. Nothing is pushed.
+func TestKustomizationFolderRefused(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	for _, c := range []struct {
+		name  string
+		make  func(t *testing.T, k string)
+		words string
+	}{
+		{"foreign file", func(t *testing.T, k string) {
+			os.WriteFile(filepath.Join(k, "kustomization.yaml"), []byte("# Written by toa-push for the Toa context 'shop'.\nresources: [deployments.yaml]\n"), 0o644)
+			os.WriteFile(filepath.Join(k, "deployments.yaml"), []byte("kind: Deployment\n"), 0o644)
+			os.WriteFile(filepath.Join(k, "notes.txt"), []byte("mine\n"), 0o644)
+		}, "deployment: holds files toa-push did not write (notes.txt): toa-push writes the kustomization there, and would replace it"},
+		{"dev-zero", func(t *testing.T, k string) {
+			os.Symlink("/dev/zero", filepath.Join(k, "kustomization.yaml"))
+		}, "deployment/kustomization.yaml: links to /dev/zero, which is a device, not a regular file"},
+		{"fifo", func(t *testing.T, k string) {
+			syscall.Mkfifo(filepath.Join(k, "kustomization.yaml"), 0o644)
+		}, "deployment/kustomization.yaml: is a named pipe (FIFO), not a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			registry := harness.MemoryRegistry(t)
+			harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+			dir, _ := localsApp(t, registry)
+			k := filepath.Join(dir, "deployment")
+			os.Mkdir(k, 0o755)
+			c.make(t, k)
+			for _, args := range [][]string{{"--plan"}, {"--timeout", "20s"}} {
+				m := runMeasured(t, dir, 30*time.Second, append([]string{"--path", dir, "-k", k}, args...)...)
+				if m.code != 2 || !strings.Contains(m.stderr, c.words) {
+					t.Errorf("%v: exit %d, want 2 with %q:\n%s", args, m.code, c.words, m.stderr)
+				}
+				if m.took > 10*time.Second {
+					t.Errorf("%v: took %s", args, m.took)
+				}
+				t.Logf("%v: exit %d in %s, peak %d MiB", args, m.code, m.took.Round(time.Millisecond), m.peak>>20)
+			}
+			if c.name == "foreign file" {
+				if _, err := os.Stat(filepath.Join(k, "notes.txt")); err != nil {
+					t.Errorf("the user's file is gone: %v", err)
+				}
+			}
+			noTags(t, registry, "shop/composition-front")
+		})
+	}
+}
+
+// TestRetagKeepsTags: the same base under another name (registry.build.image changed, the same
+// digests) gives the same tags, and nothing is built again (README: a retag keeps them).
+func TestRetagKeepsTags(t *testing.T) {
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	from, _ := name.ParseReference(registry+"/bases/node:test", name.Insecure)
+	to, _ := name.ParseReference(registry+"/mirror/node:renamed", name.Insecure)
+	idx, err := remote.Index(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(to, idx); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := localsApp(t, registry)
+	cache := t.TempDir()
+	first := push(t, dir, cache)
+	context := filepath.Join(dir, "context.toa.yaml")
+	data, _ := os.ReadFile(context)
+	os.WriteFile(context, []byte(strings.ReplaceAll(string(data), "/bases/node:test", "/mirror/node:renamed")), 0o644)
+	second := pushUnread(t, dir, cache).out
+	if len(first.Images) != 1 || len(second.Images) != 1 {
+		t.Fatalf("images: %v, %v", first.Images, second.Images)
+	}
+	if first.Images[0].Tag != second.Images[0].Tag || second.Images[0].Built {
+		t.Errorf("the same base renamed: tag %s then %s, built again %v", first.Images[0].Tag, second.Images[0].Tag, second.Images[0].Built)
+	}
+}
+
+// TestLayoutBlobsBounded: --from-oci-layout reads no index, manifest or config past 4 MiB, none
+// that is not its digest, and never waits on a named pipe: a 2 GB index blob (declared so, or
+// declared small), and a FIFO in its place, are bad input naming the blob, within 300 MiB.
+func TestLayoutBlobsBounded(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	sparse := func(t *testing.T, path string) {
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(2 << 30) // sparse: no disk used
+		f.Close()
+	}
+	for _, c := range []struct {
+		name     string
+		declared int64
+		make     func(t *testing.T, path string)
+		words    string
+	}{
+		{"2 GB declared", 2 << 30, sparse, "is declared 2147483648 bytes, more than the 4 MiB toa-push reads of a manifest or config"},
+		{"2 GB declared small", 300, sparse, "is 2 GiB, more than the 4 MiB toa-deploy reads"},
+		{"fifo", 300, func(t *testing.T, path string) { syscall.Mkfifo(path, 0o644) }, "is a named pipe (FIFO), not a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			registry := harness.MemoryRegistry(t)
+			dir := t.TempDir()
+			os.MkdirAll(filepath.Join(dir, "blobs", "sha256"), 0o755)
+			os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(`{"imageLayoutVersion": "1.0.0"}`), 0o644)
+			index := map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+				"manifests": []any{map[string]any{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": "sha256:" + hex,
+					"size": c.declared, "annotations": map[string]string{"io.containerd.image.name": registry + "/shop/composition-front:1a2b3c4d",
+						"org.opencontainers.image.ref.name": "1a2b3c4d"}}}}
+			data, _ := json.Marshal(index)
+			os.WriteFile(filepath.Join(dir, "index.json"), data, 0o644)
+			c.make(t, filepath.Join(dir, "blobs", "sha256", hex))
+			os.Mkdir(filepath.Join(dir, "kustomization"), 0o755)
+			os.WriteFile(filepath.Join(dir, "kustomization", "kustomization.yaml"),
+				[]byte("# Written by toa-push for the Toa context 'shop'.\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nimages:\n- name: "+registry+"/shop/composition-front\n  digest: sha256:"+hex+"\n"), 0o644)
+			m := runMeasured(t, dir, 30*time.Second, "--from-oci-layout", dir, "-k", filepath.Join(t.TempDir(), "deployment"))
+			if m.code != 2 || !strings.Contains(m.stderr, "blobs/sha256/"+hex) || !strings.Contains(m.stderr, c.words) {
+				t.Errorf("exit %d, want 2 naming the blob with %q:\n%s", m.code, c.words, m.stderr)
+			}
+			if m.took > 10*time.Second {
+				t.Errorf("took %s", m.took)
+			}
+			t.Logf("exit %d in %s, peak %d MiB", m.code, m.took.Round(time.Millisecond), m.peak>>20)
+			noTags(t, registry, "shop/composition-front")
+		})
+	}
+}
+
+// TestNamedFilesBounded: the files named by --sign-key and --ca-file are read as every file of
+// the user's is: a named pipe or a link to /dev/zero is refused by name at once.
+func TestNamedFilesBounded(t *testing.T) {
+	t.Setenv("TOA_CACHE", t.TempDir())
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	dir, _ := localsApp(t, registry)
+	fifo := filepath.Join(t.TempDir(), "key.pem")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, file, words string
+	}{
+		{"--sign-key", fifo, "key.pem: is a named pipe (FIFO), not a regular file"},
+		{"--ca-file", zero, "ca.pem: links to /dev/zero, which is a device, not a regular file"},
+	} {
+		m := runMeasured(t, dir, 30*time.Second, "--path", dir, "-k", filepath.Join(dir, "deployment"), c.flag, c.file)
+		if m.code != 2 || !strings.Contains(m.stderr, c.words) || m.took > 10*time.Second {
+			t.Errorf("%s: exit %d in %s, want 2 with %q:\n%s", c.flag, m.code, m.took, c.words, m.stderr)
+		}
+		t.Logf("%s: exit %d in %s, peak %d MiB", c.flag, m.code, m.took.Round(time.Millisecond), m.peak>>20)
+	}
+	noTags(t, registry, "shop/composition-front")
+}
+
+// TestOddCacheFilesAreAbsent: a cache file that is a named pipe or a link to /dev/zero is no
+// entry: a push neither waits on it nor reads it without end, and succeeds.
+func TestOddCacheFilesAreAbsent(t *testing.T) {
+	registry := harness.MemoryRegistry(t)
+	harness.PushRandomBase(t, registry+"/bases/node:test", "linux/amd64")
+	dir, _ := localsApp(t, registry)
+	cache := t.TempDir()
+	t.Setenv("TOA_CACHE", cache)
+	sum := sha256.Sum256([]byte(registry + "/bases/node:test"))
+	fifo := func(path string) {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := syscall.Mkfifo(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zero := func(path string) {
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.Symlink("/dev/zero", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo(filepath.Join(cache, "runner.json"))
+	zero(filepath.Join(cache, "bases", hex.EncodeToString(sum[:])+".json"))
+	fifo(filepath.Join(cache, "registries", strings.NewReplacer(":", "_", "/", "_").Replace(registry)+".blobs"))
+	m := runMeasured(t, dir, 2*time.Minute, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+	if m.code != 0 || m.took > time.Minute {
+		t.Errorf("exit %d in %s, want 0:\n%s", m.code, m.took, m.stderr)
+	}
+	t.Logf("exit %d in %s, peak %d MiB", m.code, m.took.Round(time.Millisecond), m.peak>>20)
 }

@@ -4,17 +4,18 @@ package main
 
 import (
 	"context"
-	"github.com/toa-deploy/toa-deploy/sandbox"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
 func main() {
 	sandbox.Init() // the re-executed init of a build inside a base: it never returns there
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if code, supervised := cli.Supervise("toa-push"); supervised {
+		os.Exit(code)
+	}
+	ctx, stop := cli.SignalContext(context.Background(), "toa-push")
 	defer stop()
 	log := cli.Logger(os.Stderr, false)
 	cmd := &pushCommand{}

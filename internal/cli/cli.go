@@ -89,6 +89,9 @@ func IsTerminal(f *os.File) bool {
 	if os.Getenv("CI") != "" || os.Getenv("TERM") == "dumb" {
 		return false
 	}
+	if f == os.Stderr && os.Getenv(terminalVariable) == "1" {
+		return true // a worker under Supervise, whose supervisor writes to a terminal
+	}
 	info, err := f.Stat()
 	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
