@@ -154,9 +154,7 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 		names[p.Name] = true
 	}
 	args := []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
-	for _, n := range sortedKeys(names) {
-		args = append(args, n)
-	}
+	args = append(args, sortedKeys(names)...)
 	env := baseEnv(cfg, root)
 	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
 	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")

@@ -41,9 +41,9 @@ func newFaultRun(t *testing.T) *faultRun {
 	return f
 }
 
-// push pushes the two images with the registry options given, and returns their references, the
-// error and how long it took.
-func (f *faultRun) push(t *testing.T, opts ...RegistryOption) ([]string, error, time.Duration) {
+// push pushes the two images with the registry options given, and returns their references, how
+// long it took and the error.
+func (f *faultRun) push(t *testing.T, opts ...RegistryOption) ([]string, time.Duration, error) {
 	t.Helper()
 	notify := WithNotify(func(s string) {
 		f.mu.Lock()
@@ -56,7 +56,7 @@ func (f *faultRun) push(t *testing.T, opts ...RegistryOption) ([]string, error, 
 	}
 	start := time.Now()
 	refs, err := pushWith(context.Background(), t, f.baseRef, f.target.Addr, reg, nil)
-	return refs, err, time.Since(start)
+	return refs, time.Since(start), err
 }
 
 func (f *faultRun) said(s string) bool {
@@ -205,7 +205,7 @@ func TestFaults(t *testing.T) {
 			broken := c.on(f)
 			injected := broken.Inject(c.fault)
 			f.target.Reset()
-			res, err, took := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
+			res, took, err := f.push(t, append(append([]RegistryOption(nil), quick...), c.opts...)...)
 			t.Logf("%s in %s: %v", c.name, took.Round(time.Millisecond), err)
 			if injected.Hits() == 0 {
 				t.Fatalf("the fault broke no request")
@@ -244,7 +244,7 @@ func TestFaults(t *testing.T) {
 			broken.Heal()
 			had := f.target.Blobs()
 			f.target.Reset()
-			if _, err, _ := f.push(t, quick...); err != nil {
+			if _, _, err := f.push(t, quick...); err != nil {
 				t.Fatalf("the rerun failed: %v", err)
 			}
 			for _, d := range uploadedDigests(f.target.Recorder) {
@@ -341,7 +341,7 @@ func TestDamagedCachedLayer(t *testing.T) {
 func TestRegistryAnswersDigestInvalid(t *testing.T) {
 	f := newFaultRun(t)
 	f.target.Inject(harness.Fault{Match: harness.BlobUpload, Kind: harness.Answer, Status: http.StatusBadRequest, Code: "DIGEST_INVALID"})
-	_, err, _ := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
+	_, _, err := f.push(t, WithRetries(1), WithBackoff(10*time.Millisecond))
 	var corrupt *Error
 	if !errors.As(err, &corrupt) || !strings.Contains(err.Error(), "(the registry answered DIGEST_INVALID)") {
 		t.Fatalf("want the blob named with the registry's answer: %v", err)

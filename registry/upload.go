@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -541,8 +540,4 @@ func corrupt(l v1.Layer, digest, got string) error {
 		e.Evicted = os.Remove(e.File) == nil
 	}
 	return e
-}
-
-func randomSuffix() string {
-	return strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 }

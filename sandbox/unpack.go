@@ -181,7 +181,7 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		}
 		defer unix.Close(fd)
 		return chmodFd(fd, mode|0o700)
-	case tar.TypeReg, tar.TypeRegA:
+	case tar.TypeReg: // archive/tar reads the old TypeRegA as TypeReg
 		dirFd, base, err := x.parent(rel)
 		if err != nil {
 			return err
