@@ -408,8 +408,11 @@ func recordCache(kind string) fsys.Cache {
 }
 
 func (o *options) recordPath(kind, key string) string {
-	name := key + ".json"
-	if o.compression == Zstd { // gzip's records keep the names they had before zstd
+	// A record names the compression that made its layer: a layer over MemberSize that an
+	// earlier toa-push compressed as one gzip member has other bytes (and digest) than the
+	// members made now, so its records must not be taken for this one's.
+	name := key + ".gzip-members.json"
+	if o.compression == Zstd {
 		name = key + "." + string(Zstd) + ".json"
 	}
 	return recordCache(kind).Path(o.cacheRoot, name)
