@@ -217,14 +217,19 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	}
 	var images []v1.Image
 	for i, d := range deps.images {
+		platform := Platform(&deps.targets[i].Platform)
 		out, err := sourcesImage(d, sources, command(img), b.created)
 		if err != nil {
-			return fmt.Errorf("%s for %s: %w", img.Name, Platform(&deps.targets[i].Platform), err)
+			return fmt.Errorf("%s for %s: %w", img.Name, platform, err)
+		}
+		// where this run read the base: the dependencies image may come from a run that read it
+		// elsewhere, since the tags cover the base's digests and not its name
+		if a := img.base.annotations(platform); a != nil {
+			out = mutate.Annotations(out, a).(v1.Image)
 		}
 		images = append(images, out)
 	}
-	// the index says what the dependencies index says of the base: where it was read
-	idx, err := index(images, deps.targets, deps.annotations)
+	idx, err := index(images, deps.targets, img.base.annotations(""))
 	if err != nil {
 		return err
 	}
