@@ -34,6 +34,9 @@ func TestBaseFormats(t *testing.T) {
 	built := map[harness.BaseShape]digests{}
 	for _, shape := range harness.BaseShapes {
 		t.Run(string(shape), func(t *testing.T) {
+			// a registry of its own: the same base content in another format is a retag of it,
+			// whose tags are the same (README), so in one registry only the first shape would build
+			addr := harness.Registry(t)
 			base := harness.PushBase(t, addr, shape)
 			// a repository of its own: bases of the same content in other formats give the same
 			// tags (they cover the base's digests), and would find the images already there
@@ -129,7 +132,10 @@ func TestBaseFormats(t *testing.T) {
 		readPushed(t, fromLayout)
 		sameDigests(t, "--from-oci-layout", pushedImages, fromLayout)
 
-		// the base named by a host nobody answers, read from a mirror
+		// the base named by a host nobody answers, read from a mirror, into a registry of its
+		// own (in addr the same base content has its tags already)
+		addr := harness.Registry(t)
+		dir = copyApp(t, "pushed", addr)
 		mirrored := addr + "/mirror/bases/node:" + string(harness.DockerList)
 		if err := remote.Push(mustRef(t, mirrored), harness.Base(t, harness.DockerList)); err != nil {
 			t.Fatal(err)
