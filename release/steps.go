@@ -46,9 +46,9 @@ func (s *OnCluster) Apply(ctx context.Context, objects []*unstructured.Unstructu
 	return rollout.Apply(ctx, s.Client, objects, opts)
 }
 
-// Wait is rollout.WaitOn.
+// Wait is rollout.Wait on the run's client.
 func (s *OnCluster) Wait(ctx context.Context, res *rollout.Result) error {
-	return rollout.WaitOn(ctx, s.Client, res, s.WaitOptions)
+	return rollout.Wait(ctx, s.Client, res, s.WaitOptions)
 }
 
 // Delete is rollout.Delete.

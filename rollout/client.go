@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
@@ -25,16 +24,6 @@ type client struct {
 // clientOf is the run's client as this package's own.
 func clientOf(k *kube.Client) *client {
 	return &client{dyn: k.Dynamic, cs: k.Typed, mapper: k.Mapper}
-}
-
-// newClient builds a client of its own, for the entry points that are given a configuration
-// rather than the run's client (Wait).
-func newClient(cfg *rest.Config) (*client, error) {
-	k, err := kube.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return clientOf(k), nil
 }
 
 // mapping finds the resource of a kind; a kind the cluster does not serve is the input's fault.

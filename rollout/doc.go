@@ -1,9 +1,11 @@
 // Package rollout puts an application's objects on a cluster and waits until they have rolled
 // out: server-side apply in DESIGN.md's order, a kubectl-compatible ApplySet inventory that
 // prunes what the application no longer has, the adoption of objects a Helm release made, and one
-// watch loop that ends when every Deployment has rolled out and every pod it replaced is gone, or
-// as soon as a failure is certain.
+// watch loop that ends when every workload of the apply (Deployments, StatefulSets, DaemonSets,
+// Jobs, custom resources with the standard conditions) has rolled out and every pod it replaced
+// is gone, or as soon as a failure is certain. Every entry point takes the run's one client
+// (cluster.Client).
 //
-// Whether a Deployment is done, and whether a pod has failed, are pure functions of objects
-// (status.go); the loop in wait.go only feeds them what the watches see.
+// Whether an object is done, and whether a pod has failed, are pure functions of objects
+// (status.go, kinds.go); the loop in wait.go only feeds them what the watches see.
 package rollout

@@ -65,7 +65,7 @@ func (c *cluster) apply(t *testing.T, objects ...*unstructured.Unstructured) *Re
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
-	if err := Wait(ctx, c.cfg, res, WaitOptions{OnStatus: logStatus(t)}); err != nil {
+	if err := Wait(ctx, c.k, res, WaitOptions{OnStatus: logStatus(t)}); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
 	return res

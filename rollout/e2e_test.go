@@ -130,7 +130,7 @@ func TestWaitForReplacedPods(t *testing.T) {
 		}
 		ended <- kubectlEnd{at, terminating, strings.TrimSpace(string(out)), err}
 	}()
-	if err := Wait(ctx, c.cfg, res, WaitOptions{OnStatus: logStatus(t)}); err != nil {
+	if err := Wait(ctx, c.k, res, WaitOptions{OnStatus: logStatus(t)}); err != nil {
 		t.Fatalf("Wait: %v", err)
 	}
 	waited := time.Since(start)
@@ -245,7 +245,7 @@ func TestFailFast(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = Wait(ctx, c.cfg, res, WaitOptions{OnStatus: logStatus(t)})
+			err = Wait(ctx, c.k, res, WaitOptions{OnStatus: logStatus(t)})
 			took := time.Since(start)
 			t.Logf("failed after %s: %v", took.Round(time.Millisecond), err)
 			var f *Failure
@@ -280,7 +280,7 @@ func TestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = Wait(ctx, c.cfg, res, WaitOptions{UnschedulableGrace: 3 * time.Second, OnStatus: logStatus(t)})
+	err = Wait(ctx, c.k, res, WaitOptions{UnschedulableGrace: 3 * time.Second, OnStatus: logStatus(t)})
 	took := time.Since(start)
 	var f *Failure
 	if !errors.As(err, &f) || f.Reason != "Unschedulable" || !strings.HasPrefix(f.Pod, "composition-carts-") {
@@ -293,7 +293,7 @@ func TestTimeout(t *testing.T) {
 
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
 	defer cancelShort()
-	err = Wait(short, c.cfg, res, WaitOptions{UnschedulableGrace: time.Minute, OnStatus: logStatus(t)})
+	err = Wait(short, c.k, res, WaitOptions{UnschedulableGrace: time.Minute, OnStatus: logStatus(t)})
 	var timeout *fault.Timeout
 	var awaiting *Awaiting
 	if !errors.As(err, &timeout) || !errors.As(err, &awaiting) || !errors.Is(err, context.DeadlineExceeded) {
@@ -340,7 +340,7 @@ func TestConflict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Apply with Force: %v", err)
 	}
-	if err := Wait(ctx, c.cfg, res, WaitOptions{}); err != nil {
+	if err := Wait(ctx, c.k, res, WaitOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := c.cs.AppsV1().Deployments(c.ns).Get(ctx, "composition-carts", metav1.GetOptions{})
@@ -503,7 +503,7 @@ func TestDryRun(t *testing.T) {
 			t.Errorf("dry run: %s %s, want created", a.Ref, a.Change)
 		}
 	}
-	if err := Wait(ctx, c.cfg, res, WaitOptions{}); err != nil {
+	if err := Wait(ctx, c.k, res, WaitOptions{}); err != nil {
 		t.Errorf("Wait after a dry run: %v", err)
 	}
 	if list, _ := c.cs.AppsV1().Deployments(c.ns).List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {

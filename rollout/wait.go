@@ -20,9 +20,10 @@ import (
 	batchinformers "k8s.io/client-go/informers/batch/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+
 	"k8s.io/client-go/tools/cache"
 
+	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
@@ -106,15 +107,12 @@ func (a *Awaiting) Error() string {
 // for each workload, on the pods (and a Deployment's ReplicaSets) its selector matches, feed the
 // verdicts at each change. A failure is returned as soon as it is certain, as a *Failure; the end
 // of ctx's deadline is a *fault.Timeout around an *Awaiting.
-func Wait(ctx context.Context, cfg *rest.Config, res *Result, opts WaitOptions) error {
+// k is the run's one client (cluster.New), the same that applied.
+func Wait(ctx context.Context, k *kube.Client, res *Result, opts WaitOptions) error {
 	if len(targetsOf(res)) == 0 {
 		return nil
 	}
-	c, err := newClient(cfg)
-	if err != nil {
-		return err
-	}
-	return waitFor(ctx, c, res, opts)
+	return waitFor(ctx, clientOf(k), res, opts)
 }
 
 // targetsOf are the objects a result applied whose kind has a rollout, and the workloads it
