@@ -240,5 +240,5 @@ func (p *progress) update(s rollout.Status) {
 	case s.Done:
 		mark = "✓ "
 	}
-	p.display.Set("deployment/"+s.Name, fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
+	p.display.Set(s.Object(), fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
 }
