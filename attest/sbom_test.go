@@ -326,3 +326,33 @@ func TestBaseRepository(t *testing.T) {
 		}
 	}
 }
+
+// An image's SBOM that refers to its dependencies' SBOM repeats none of it: neither the
+// packages nor the base, which the dependencies image it descends from is described with.
+func TestSharedSBOMRepeatsNothing(t *testing.T) {
+	deps := testImage(t)
+	depsDoc, err := deps.SPDX(testBuilder, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := testImage(t)
+	img.Digest = "sha256:" + strings.Repeat("ef", 32)
+	img.Shared = SharedOf(deps, depsDoc)
+	for _, f := range []Format{SPDX, CycloneDX} {
+		doc, err := img.SBOM(f, testBuilder, time.Unix(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(doc)
+		if strings.Contains(s, strings.Repeat("cd", 32)) || strings.Contains(s, `"name":"ms"`) {
+			t.Errorf("%s: the SBOM repeats the dependencies' SBOM:\n%s", f, s)
+		}
+		want := `"relatedSpdxElement":"DocumentRef-dependencies:SPDXRef-Image"`
+		if f == CycloneDX {
+			want = "#base"
+		}
+		if !strings.Contains(s, want) {
+			t.Errorf("%s: the SBOM lacks %s:\n%s", f, want, s)
+		}
+	}
+}

@@ -116,7 +116,9 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		Comment:               "the " + img.Platform + " image of " + img.Repository + ":" + img.Tag,
 	})
 	rel("SPDXRef-DOCUMENT", "DESCRIBES", imageID)
-	if img.Base.Digest != "" {
+	// with a shared SBOM, the base is there: the dependencies image it refers to is a
+	// DESCENDANT_OF the same base, which a code change need not describe again
+	if img.Base.Digest != "" && img.Shared == nil {
 		baseID := spdxID("Base")
 		repo := img.Base.Repository()
 		doc.Packages = append(doc.Packages, spdxPackage{
