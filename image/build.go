@@ -155,7 +155,7 @@ func addendum(l v1.Layer, createdBy string, created v1.Time) mutate.Addendum {
 	if m, err := l.MediaType(); err == nil && m == types.OCILayerZStd {
 		mt = m
 	}
-	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: "toa-push: " + createdBy, Created: created},
+	return mutate.Addendum{Layer: l, History: v1.History{CreatedBy: historyPrefix + createdBy, Created: created},
 		MediaType: mt}
 }
 
