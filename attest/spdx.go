@@ -112,8 +112,8 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		Checksums:        digestChecksum(img.Digest),
 		LicenseConcluded: noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
 		PrimaryPackagePurpose: "CONTAINER",
-		ExternalRefs:          []spdxExternalRef{purlRef(purlOCI(img.Repository, img.Digest, img.Tag, img.Platform))},
-		Comment:               "the " + img.Platform + " image of " + img.Repository + ":" + img.Tag,
+		// no comment: "the <platform> image of <repository>:<tag>" is the document's name
+		ExternalRefs: []spdxExternalRef{purlRef(purlOCI(img.Repository, img.Digest, img.Tag, img.Platform))},
 	})
 	rel("SPDXRef-DOCUMENT", "DESCRIBES", imageID)
 	// with a shared SBOM, the base is there: the dependencies image it refers to is a
