@@ -132,7 +132,7 @@ func (a *attaching) run(ctx context.Context) error {
 
 // refer writes doc as a referrer of subject, and returns its manifest's digest.
 func (a *attaching) refer(ctx context.Context, doc []byte, mediaType, title string, subject v1.Descriptor, annotations map[string]string) (string, error) {
-	ann := map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
+	ann := a.created()
 	for k, v := range annotations {
 		ann[k] = v
 	}
@@ -151,6 +151,17 @@ func (a *attaching) refer(ctx context.Context, doc []byte, mediaType, title stri
 		return "", fmt.Errorf("attach %s to %s@%s: %w", mediaType, a.built.Image.Repository, subject.Digest, err)
 	}
 	return digest.String(), nil
+}
+
+// created are the annotations every attached manifest starts from: OCI's creation time when
+// SOURCE_DATE_EPOCH (or Options.Created) gives one. The Unix epoch, which stands for no time,
+// is left out: it says nothing, and a code change sent it in each manifest and again in each
+// referrers tag index.
+func (a *attaching) created() map[string]string {
+	if a.o.Created.Equal(time.Unix(0, 0)) {
+		return map[string]string{}
+	}
+	return map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
 }
 
 // sign adds the signer's signature of digest to the image under its signature tag, unless it is
@@ -233,8 +244,7 @@ func (a *attaching) sharedSBOM(ctx context.Context, p image.BuiltPlatform, signe
 		return nil, err
 	}
 	mt := a.o.Format.MediaType()
-	ann := map[string]string{AnnotationCreated: a.o.Created.UTC().Format(time.RFC3339)}
-	art, err := Artifact(doc, mt, mt, a.o.Format.File(), subject, ann)
+	art, err := Artifact(doc, mt, mt, a.o.Format.File(), subject, a.created())
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,8 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		Components: []cdxComponent{},
 	}
 	deps := map[string][]string{}
-	if img.Base.Digest != "" {
+	// with a shared BOM, the base is there (see SPDX): the image depends on it through the link
+	if img.Base.Digest != "" && img.Shared == nil {
 		repo := img.Base.Repository()
 		bom.Components = append(bom.Components, cdxComponent{
 			Type: "container", BOMRef: "base", Name: img.Base.Reference, Version: img.Base.Digest,
@@ -117,6 +118,9 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		bom.ExternalRefs = []cdxExternal{{Type: "bom", URL: link, Comment: "the SBOM of the dependencies image: every npm package",
 			Hashes: []cdxHash{{"SHA-256", img.Shared.SHA256}}}}
 		ref = func(owner, path string) string { return link + "#npm:" + ownerName(owner) + ":" + path }
+		if img.Base.Digest != "" {
+			deps["image"] = append(deps["image"], link+"#base")
+		}
 	}
 	for _, c := range img.Components {
 		r := "component:" + c.Label

@@ -91,7 +91,8 @@ func (b *Build) Provenance(builder Builder) ([]byte, error) {
 	st := statement{Type: StatementType, PredicateType: PredicateSLSAProvenance}
 	st.Subject = append(st.Subject, resourceDescriptor{Name: b.Repository + ":" + b.Tag, Digest: hexDigest(b.Digest)})
 	for _, p := range b.Platforms {
-		st.Subject = append(st.Subject, resourceDescriptor{Name: b.Repository + "@" + p.Digest, Digest: hexDigest(p.Digest),
+		// named by its repository: the digest beside it says which image of it
+		st.Subject = append(st.Subject, resourceDescriptor{Name: b.Repository, Digest: hexDigest(p.Digest),
 			Annotations: map[string]string{"platform": p.Platform}})
 	}
 	pred := &st.Predicate

@@ -363,8 +363,8 @@ func TestAttachedToARegistry(t *testing.T) {
 		prov := attached["provenance"][img.Digest]
 		doc := pullDocument(t, oras, img.Repository+"@"+prov.Digest, attest.ProvenanceFile, "--plain-http")
 		s := string(doc)
-		for _, want := range []string{`"predicateType": "https://slsa.dev/provenance/v1"`, `"id": "` + attest.BuilderID + `"`,
-			`"context": "sbom"`, `"name": "component sbom.orders ` + version + `: package-lock.json"`, strings.TrimPrefix(im.Manifests[0].Digest.String(), "sha256:")} {
+		for _, want := range []string{`"predicateType":"https://slsa.dev/provenance/v1"`, `"id":"` + attest.BuilderID + `"`,
+			`"context":"sbom"`, `"name":"component sbom.orders ` + version + `: package-lock.json"`, strings.TrimPrefix(im.Manifests[0].Digest.String(), "sha256:")} {
 			if !strings.Contains(s, want) {
 				t.Errorf("the provenance lacks %s:\n%s", want, s)
 			}
@@ -518,7 +518,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 		}
 		deps := pullDocument(t, oras, dir+"@"+shared.Digest, "sbom.cdx.json", "--oci-layout")
 		followCycloneDX(t, doc, deps)
-		if !bytes.Contains(doc, []byte(`"specVersion": "1.6"`)) || !bytes.Contains(deps, []byte(`"purl": "pkg:npm/ms@2.1.3"`)) {
+		if !bytes.Contains(doc, []byte(`"specVersion":"1.6"`)) || !bytes.Contains(deps, []byte(`"purl":"pkg:npm/ms@2.1.3"`)) {
 			t.Errorf("the CycloneDX SBOMs of %s lack ms:\n%s\n%s", m.Digest, doc, deps)
 		}
 	}

@@ -106,8 +106,8 @@ func TestSPDXSchemaRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, broken := range [][]byte{
-		bytes.Replace(doc, []byte(`"name": "ms",`), nil, 1),
-		bytes.Replace(doc, []byte(`"algorithm": "SHA512"`), []byte(`"algorithm": "SHA-512"`), 1),
+		bytes.Replace(doc, []byte(`"name":"ms",`), nil, 1),
+		bytes.Replace(doc, []byte(`"algorithm":"SHA512"`), []byte(`"algorithm":"SHA-512"`), 1),
 	} {
 		if spdxSchema(t, broken) == nil {
 			t.Error("a broken document validates")
@@ -128,16 +128,16 @@ func TestSPDX(t *testing.T) {
 	}
 	s := string(doc)
 	for _, want := range []string{
-		`"name": "ms",` + "\n" + `      "versionInfo": "2.1.3"`,
-		`"name": "@esbuild/linux-arm64",` + "\n" + `      "versionInfo": "0.25.12"`,
-		`"downloadLocation": "https://registry.example/@esbuild/linux-arm64/-/linux-arm64-0.25.12.tgz"`,
-		`"referenceLocator": "pkg:npm/%40esbuild/linux-arm64@0.25.12"`,
-		`"algorithm": "SHA512"`,
-		`"licenseDeclared": "MIT OR Apache-2.0"`,
-		`"name": "shop.orders"`,
-		`"name": "ghcr.io/toa-io/runtime:1.0.0-alpha.289"`,
-		`"relationshipType": "DESCENDANT_OF"`,
-		`"created": "1970-01-01T00:00:00Z"`,
+		`"name":"ms","versionInfo":"2.1.3"`,
+		`"name":"@esbuild/linux-arm64","versionInfo":"0.25.12"`,
+		`"downloadLocation":"https://registry.example/@esbuild/linux-arm64/-/linux-arm64-0.25.12.tgz"`,
+		`"referenceLocator":"pkg:npm/%40esbuild/linux-arm64@0.25.12"`,
+		`"algorithm":"SHA512"`,
+		`"licenseDeclared":"MIT OR Apache-2.0"`,
+		`"name":"shop.orders"`,
+		`"name":"ghcr.io/toa-io/runtime:1.0.0-alpha.289"`,
+		`"relationshipType":"DESCENDANT_OF"`,
+		`"created":"1970-01-01T00:00:00Z"`,
 		`"Tool: toa-push-v0.0.0-test"`,
 		`"SPDXRef-Package-global-node-modules-s-p-2"`, // "@s/p" and "s-p" clean to the same id
 	} {
@@ -190,7 +190,7 @@ func TestCycloneDX(t *testing.T) {
 	if err := cycloneDXSchema(t).Validate(v); err != nil {
 		t.Fatalf("the BOM does not validate against CycloneDX 1.6's schema: %v", err)
 	}
-	broken, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.Replace(doc, []byte(`"type": "library"`), []byte(`"type": "npm"`), 1)))
+	broken, _ := jsonschema.UnmarshalJSON(bytes.NewReader(bytes.Replace(doc, []byte(`"type":"library"`), []byte(`"type":"npm"`), 1)))
 	if cycloneDXSchema(t).Validate(broken) == nil {
 		t.Error("a component of an unknown type validates")
 	}
@@ -323,6 +323,36 @@ func TestBaseRepository(t *testing.T) {
 	} {
 		if got := (Base{Reference: ref}).Repository(); got != want {
 			t.Errorf("%s: %s, want %s", ref, got, want)
+		}
+	}
+}
+
+// An image's SBOM that refers to its dependencies' SBOM repeats none of it: neither the
+// packages nor the base, which the dependencies image it descends from is described with.
+func TestSharedSBOMRepeatsNothing(t *testing.T) {
+	deps := testImage(t)
+	depsDoc, err := deps.SPDX(testBuilder, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := testImage(t)
+	img.Digest = "sha256:" + strings.Repeat("ef", 32)
+	img.Shared = SharedOf(deps, depsDoc)
+	for _, f := range []Format{SPDX, CycloneDX} {
+		doc, err := img.SBOM(f, testBuilder, time.Unix(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(doc)
+		if strings.Contains(s, strings.Repeat("cd", 32)) || strings.Contains(s, `"name":"ms"`) {
+			t.Errorf("%s: the SBOM repeats the dependencies' SBOM:\n%s", f, s)
+		}
+		want := `"relatedSpdxElement":"DocumentRef-dependencies:SPDXRef-Image"`
+		if f == CycloneDX {
+			want = "#base"
+		}
+		if !strings.Contains(s, want) {
+			t.Errorf("%s: the SBOM lacks %s:\n%s", f, want, s)
 		}
 	}
 }

@@ -227,6 +227,9 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 		if a := img.base.annotations(platform); a != nil {
 			out = mutate.Annotations(out, a).(v1.Image)
 		}
+		if out, err = withoutLayerTimes(out); err != nil {
+			return fmt.Errorf("%s for %s: %w", img.Name, platform, err)
+		}
 		images = append(images, out)
 	}
 	idx, err := index(images, deps.targets, img.base.annotations(""))
@@ -303,6 +306,9 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 		}
 		if a := img.base.annotations(platform); a != nil {
 			d = mutate.Annotations(d, a).(v1.Image)
+		}
+		if d, err = withoutLayerTimes(d); err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Name, err)
 		}
 		out.images = append(out.images, d)
 		out.targets = append(out.targets, target)

@@ -163,6 +163,9 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 		if out, err = mutate.CreatedAt(out, b.created); err != nil {
 			return err
 		}
+		if out, err = withoutLayerTimes(out); err != nil {
+			return err
+		}
 		images = append(images, out)
 		targets = append(targets, target)
 	}
