@@ -111,7 +111,7 @@ func withoutPodEnv(env []string) []string {
 	var out []string
 	for _, e := range env {
 		if !strings.HasPrefix(e, "KUBERNETES_SERVICE_HOST=") && !strings.HasPrefix(e, "TOA_TELEMETRY_READY=") &&
-			!strings.HasPrefix(e, "TOA_STANDIN_") {
+			!strings.HasPrefix(e, "TOA_STANDIN_") && !strings.HasPrefix(e, "TOA_EXPOSITION_PROPERTIES=") {
 			out = append(out, e)
 		}
 	}
@@ -137,4 +137,39 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The exposition gateway's service (TOA_EXPOSITION_PROPERTIES, its telemetry probe `false`), as
+// `toa serve` runs it in a pod: it answers its own probe (8004 in the manifests; moved to a free
+// port here), and stops answering on SIGTERM.
+func TestStandinExpositionProbe(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("no node on PATH")
+	}
+	toa := filepath.Join(RuntimePackage(t), "bin", "toa")
+	port := freePort(t)
+	cmd := exec.Command("node", toa, "serve", ".")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(withoutPodEnv(os.Environ()), "TOA_TELEMETRY_READY=false",
+		`TOA_EXPOSITION_PROPERTIES={"authorities":{"portal":"api.portal.example.com"}}`,
+		fmt.Sprintf("TOA_STANDIN_EXPOSITION_PORT=%d", port), "TOA_STANDIN_PROBE_HOST=127.0.0.1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	url := fmt.Sprintf("http://127.0.0.1:%d/.ready", port)
+	began := time.Now()
+	for !answers(url) {
+		if time.Since(began) > 10*time.Second {
+			t.Fatalf("no answer on %s after 10 s", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if answers(url) {
+		t.Error("the probe still answers after SIGTERM")
+	}
 }
