@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -191,22 +192,11 @@ func (b *bench) marketImages(app string, seen map[string]bool) (marketRow, error
 		if err != nil {
 			return row, err
 		}
-		idx, err := remote.Index(ref)
-		if err != nil {
-			return row, fmt.Errorf("read %s: %w", ref, err)
-		}
-		m, err := idx.IndexManifest()
+		images, err := amd64Images(ref)
 		if err != nil {
 			return row, err
 		}
-		for _, d := range m.Manifests {
-			if d.Platform == nil || d.Platform.Architecture != "amd64" {
-				continue
-			}
-			im, err := idx.Image(d.Digest)
-			if err != nil {
-				return row, err
-			}
+		for _, im := range images {
 			man, err := im.Manifest()
 			if err != nil {
 				return row, err
@@ -241,4 +231,37 @@ func (b *bench) marketImages(app string, seen map[string]bool) (marketRow, error
 		}
 	}
 	return row, nil
+}
+
+// amd64Images reads ref's linux/amd64 image: from its index, or the image itself where ref is
+// one (buildah pushes a single-platform build as an image manifest).
+func amd64Images(ref name.Reference) ([]v1.Image, error) {
+	desc, err := remote.Get(ref)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", ref, err)
+	}
+	if !desc.MediaType.IsIndex() {
+		img, err := desc.Image()
+		return []v1.Image{img}, err
+	}
+	idx, err := desc.ImageIndex()
+	if err != nil {
+		return nil, err
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var out []v1.Image
+	for _, d := range m.Manifests {
+		if d.Platform == nil || d.Platform.Architecture != "amd64" {
+			continue
+		}
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, nil
 }
