@@ -13,7 +13,7 @@ import (
 
 // Item 7 (issue 24): bench/apps/market, five components whose lockfiles pin real packages of
 // the npm registry (about 280 MB of node_modules, 48 MB compressed), each its own composition, for linux/amd64:
-// the first push, a bump of one small package (ms 2.1.2 → 2.1.3 in market.orders), a one-line
+// the first push ($BENCH_MARKET_PLATFORMS=linux/amd64,linux/arm64 for two platforms), a bump of one small package (ms 2.1.2 → 2.1.3 in market.orders), a one-line
 // code change and no change, with toa-push's default attachments. For each: the time, the
 // requests and bytes sent, and what a node that runs every image pulls (the layers it lacks).
 // $BENCH_TOA_PUSH_BEFORE names an earlier toa-push to measure beside (one layer per
@@ -36,6 +36,9 @@ type marketRow struct {
 
 func (b *bench) market() error {
 	base, platforms := b.debian, []string{"linux/amd64"}
+	if p := os.Getenv("BENCH_MARKET_PLATFORMS"); p != "" {
+		platforms = strings.Split(p, ",") // linux/amd64,linux/arm64: buildah's RUN for arm64 under QEMU
+	}
 	if base == "" {
 		var err error
 		if base, err = pushThreePlatformBase(b.addr); err != nil {
@@ -100,11 +103,11 @@ func (b *bench) market() error {
 			rows[tool.name][sc.key] = row
 		}
 	}
-	fmt.Printf("\n### 7. bench/apps/market: real npm packages, five components, linux/amd64\n\n")
+	fmt.Printf("\n### 7. bench/apps/market: real npm packages, five components, %s\n\n", strings.Join(platforms, " + "))
 	fmt.Printf("bench/market.go pushes bench/apps/market (five components, each its own composition: express, fastify, @aws-sdk/client-s3, "+
 		"-dynamodb, -sqs, -sns, typescript, date-fns, rxjs, lodash, moment, pino, zod, ms...) with the layer cache cold and npm's cache %s, "+
 		"then bumps ms 2.1.2 → 2.1.3 in market.orders, changes one line of its code, and pushes once more unchanged. toa-push attaches its "+
-		"default SBOM and provenance. _Pulled_ is what a node that runs every image and has the previous push's layers fetches: the bytes of "+
+		"default SBOM and provenance. _Pulled_ is what an amd64 node that runs every image and has the previous push's layers fetches: the bytes of "+
 		"the layers it lacks. _Layers_ is the most of any image, base included; _orders' node_modules_ is market.orders' layers of "+
 		"node_modules and their compressed bytes. buildah (when measured) runs the 289 Dockerfiles of item 1 with its npm cache mount, "+
 		"the base pulled beforehand, --no-cache on the first push. One run each.\n\n", map[bool]string{

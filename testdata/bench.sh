@@ -6,7 +6,8 @@
 # BENCHMARKS.md holds the latest one with the notes on every target missed.
 #
 # BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8) which ones,
-# BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes).
+# BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes),
+# BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOA_CACHE="${TOA_CACHE:-$HOME/.cache/toa-deploy}"
