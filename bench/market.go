@@ -101,6 +101,9 @@ func (b *bench) market() error {
 			}
 			row.s = s
 			rows[tool.name][sc.key] = row
+			// said at once too: a run stopped before the table keeps what it measured
+			fmt.Fprintf(os.Stderr, "bench: market, %s, %s: %s, %d requests, %s sent, %s pulled\n", tool.name, sc.title,
+				secs(s.wall.Seconds()), s.requests, size(float64(s.sent)), size(float64(row.pulled)))
 		}
 	}
 	fmt.Printf("\n### 7. bench/apps/market: real npm packages, five components, %s\n\n", strings.Join(platforms, " + "))
