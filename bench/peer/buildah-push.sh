@@ -32,7 +32,17 @@ exists() {
 
 IFS=, read -r -a plist <<<"$platforms"
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
-build() { # build DOCKERFILE CONTEXT REF
+# build DOCKERFILE CONTEXT REF, once more if it fails: buildah 1.28's concurrent builds for several
+# platforms from one base race on the base's local name ("locating pulled image ...: image not
+# known"); a user would run it again, and the time of both tries counts
+build() {
+  once "$@" || {
+    echo "buildah-push.sh: the build failed; once more"
+    [ ${#plist[@]} -gt 1 ] && { $BUILDAH manifest rm "$3" >/dev/null 2>&1 || true; }
+    once "$@"
+  }
+}
+once() {
   local file=$1 ctx=$2 ref=$3
   if [ ${#plist[@]} -gt 1 ]; then
     $BUILDAH bud --tls-verify=false --isolation chroot --layers $nocache --platform "$platforms" --manifest "$ref" -f "$file" "$ctx" &&
