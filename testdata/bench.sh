@@ -5,8 +5,9 @@
 # Markdown tables of medians and ratios, and keeps that output in $TOA_CACHE/bench/last.md;
 # BENCHMARKS.md holds the latest one with the notes on every target missed.
 #
-# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7) which ones,
-# BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes).
+# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8) which ones,
+# BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes),
+# BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOA_CACHE="${TOA_CACHE:-$HOME/.cache/toa-deploy}"
@@ -62,8 +63,13 @@ if [ "$BENCH_PEER_ARM64" = 1 ]; then
   fi
 fi
 
+# --- the Debian bases of item 8 (testdata/bases, as make setup makes them; slow once)
+for arch in amd64 arm64; do
+  bash testdata/bases/build.sh "$arch" >/dev/null || say "no Debian base for $arch: item 8 fails"
+done
+
 # --- the measurements
 out="$cache/last.md"
-go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7}" | tee "$out.partial"
+go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7,8}" | tee "$out.partial"
 mv "$out.partial" "$out"
 say "the tables are in $out"

@@ -10,7 +10,10 @@
 #      buildah 1.28 refuses --link), three at a time.
 # usage: buildah-push.sh APP_DIR PLATFORMS(comma-separated) [--no-cache]
 # env: BUILDAH (the buildah command with its storage flags), TOA_PUSH (bin/toa-push), WORK (a
-# scratch folder)
+# scratch folder); optional: LOCAL_PACKAGES (a folder of the application the lockfiles name as
+# file:../../FOLDER/...: copied into the dependencies image at /FOLDER, where that path leads from
+# /composition/<label>), DEPS_ENV (NAME=VALUE... set in the dependencies image's build, such as
+# npm_config_nodedir for node-gyp). Every line of the build logs starts with its time (seconds).
 set -euo pipefail
 app=$1 platforms=$2 nocache=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +31,18 @@ exists() {
 }
 
 IFS=, read -r -a plist <<<"$platforms"
-build() { # build DOCKERFILE CONTEXT REF
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+# build DOCKERFILE CONTEXT REF, once more if it fails: buildah 1.28's concurrent builds for several
+# platforms from one base race on the base's local name ("locating pulled image ...: image not
+# known"); a user would run it again, and the time of both tries counts
+build() {
+  once "$@" || {
+    echo "buildah-push.sh: the build failed; once more"
+    [ ${#plist[@]} -gt 1 ] && { $BUILDAH manifest rm "$3" >/dev/null 2>&1 || true; }
+    once "$@"
+  }
+}
+once() {
   local file=$1 ctx=$2 ref=$3
   if [ ${#plist[@]} -gt 1 ]; then
     $BUILDAH bud --tls-verify=false --isolation chroot --layers $nocache --platform "$platforms" --manifest "$ref" -f "$file" "$ctx" &&
@@ -51,9 +65,15 @@ deps() {
       fi
     done
   done
+  local extra=""
+  if [ -n "${LOCAL_PACKAGES:-}" ]; then
+    cp -a "$app/$LOCAL_PACKAGES" "$ctx/context/.local-packages"
+    extra+="COPY .local-packages /$LOCAL_PACKAGES"$'\n'
+  fi
+  for pair in ${DEPS_ENV:-}; do extra+="ENV $pair"$'\n'; done
   cat >"$ctx/Dockerfile" <<DOCKERFILE
 FROM $base
-
+$extra
 ENV NODE_ENV=production
 RUN if [ "" != "" ]; then npm set registry ; fi
 RUN if [ "" != "" ]; then npm set proxy ; fi
@@ -65,7 +85,7 @@ COPY --chown=node:node . /composition
 RUN --mount=type=cache,target=/root/.npm,sharing=locked \\
   for entry in *; do if grep -qs '"dependencies"' "\$entry/package.json"; then (cd \$entry && npm i --omit=dev); fi; done
 DOCKERFILE
-  build "$ctx/Dockerfile" "$ctx/context" "$ref" >"$ctx.log" 2>&1 || { tail -30 "$ctx.log" >&2; return 1; }
+  build "$ctx/Dockerfile" "$ctx/context" "$ref" 2>&1 | stamp >"$ctx.log" || { tail -30 "$ctx.log" >&2; return 1; }
 }
 
 # composition NAME REF DEPS_REF COMPONENTS: the 289 composition image over its dependencies
@@ -85,7 +105,7 @@ COPY . /composition
 USER node
 CMD toa compose *
 DOCKERFILE
-  build "$ctx/Dockerfile" "$ctx/context" "$ref" >"$ctx.log" 2>&1 || { tail -30 "$ctx.log" >&2; return 1; }
+  build "$ctx/Dockerfile" "$ctx/context" "$ref" 2>&1 | stamp >"$ctx.log" || { tail -30 "$ctx.log" >&2; return 1; }
 }
 
 # probe everything first, concurrently
