@@ -258,7 +258,7 @@ func pushAttachments(ctx context.Context, l *Layout, dest Destination, want map[
 			return err
 		}
 		if attachmentKind(a) == "signature" {
-			if img, err = withSignaturesOf(ctx, dest, a.Reference, img); err != nil {
+			if img, err = WithSignaturesOf(ctx, dest, a.Reference, img); err != nil {
 				return err
 			}
 		}
@@ -272,11 +272,11 @@ func pushAttachments(ctx context.Context, l *Layout, dest Destination, want map[
 	return nil
 }
 
-// withSignaturesOf keeps the signatures the destination already has under a signature tag: a
+// WithSignaturesOf keeps the signatures the destination already has under a signature tag: a
 // cosign signature image is a set of layers, one per signature (its payload with the signature
 // in an annotation), so the layout's are added to the destination's, as cosign sign adds one,
 // rather than put in their place. It returns nil when the destination holds them all.
-func withSignaturesOf(ctx context.Context, dest Destination, ref string, img v1.Image) (v1.Image, error) {
+func WithSignaturesOf(ctx context.Context, dest Destination, ref string, img v1.Image) (v1.Image, error) {
 	have, err := dest.Manifest(ctx, ref)
 	if err != nil || have == nil {
 		return img, err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/artifact"
@@ -251,52 +250,14 @@ func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) 
 }
 
 // pushSignatures writes the layout's signature image under tag, keeping the signatures the
-// registry already has there (a cosign signature image is a layer per signature).
+// registry already has there (image.WithSignaturesOf, as for the images' signatures).
 func pushSignatures(ctx context.Context, dest image.Destination, tag string, sigs v1.Image) error {
-	have, err := dest.Manifest(ctx, tag)
-	if err != nil {
+	sigs, err := image.WithSignaturesOf(ctx, dest, tag, sigs)
+	if err != nil || sigs == nil {
 		return err
-	}
-	if have != nil {
-		if sigs, err = mergeSignatures(have, sigs); err != nil || sigs == nil {
-			return err
-		}
 	}
 	if _, err := dest.WriteManifest(ctx, tag, sigs); err != nil {
 		return fmt.Errorf("push the artifact's signatures %s: %w", tag, err)
 	}
 	return nil
-}
-
-// mergeSignatures is have with the signatures of add it lacks (a signature is its payload's
-// blob and its annotations), or nil when it lacks none.
-func mergeSignatures(have, add v1.Image) (v1.Image, error) {
-	hm, err := have.Manifest()
-	if err != nil {
-		return nil, err
-	}
-	key := func(d v1.Descriptor) string { return fmt.Sprint(d.Digest, d.Annotations) }
-	had := map[string]bool{}
-	for _, l := range hm.Layers {
-		had[key(l)] = true
-	}
-	am, err := add.Manifest()
-	if err != nil {
-		return nil, err
-	}
-	var adds []mutate.Addendum
-	for _, d := range am.Layers {
-		if had[key(d)] {
-			continue
-		}
-		l, err := add.LayerByDigest(d.Digest)
-		if err != nil {
-			return nil, err
-		}
-		adds = append(adds, mutate.Addendum{Layer: l, Annotations: d.Annotations, MediaType: d.MediaType})
-	}
-	if len(adds) == 0 {
-		return nil, nil
-	}
-	return mutate.Append(have, adds...)
 }
