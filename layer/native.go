@@ -1,8 +1,6 @@
 package layer
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -44,55 +42,12 @@ type packageJSON struct {
 // nothing prebuilt for the install's platform.
 func findNative(modules string, in *install) ([]nativePackage, error) {
 	var found []nativePackage
-	var visit func(dir, rel string) error
-	visitPackage := func(dir, rel string) error {
-		data, err := os.ReadFile(filepath.Join(dir, "package.json"))
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+	visit := func(dir, rel string, p packageJSON, _ bool) {
+		if why := nativeReason(dir, modules, p, in); why != "" {
+			found = append(found, nativePackage{Name: p.Name, Version: p.Version, Path: rel, Why: why})
 		}
-		var p packageJSON
-		if err == nil && json.Unmarshal(data, &p) == nil {
-			if why := nativeReason(dir, modules, p, in); why != "" {
-				found = append(found, nativePackage{Name: p.Name, Version: p.Version, Path: rel, Why: why})
-			}
-		}
-		if info, err := os.Lstat(dir); err == nil && info.Mode()&os.ModeSymlink == 0 {
-			return visit(filepath.Join(dir, "node_modules"), path.Join(rel, "node_modules"))
-		}
-		return nil
 	}
-	visit = func(dir, rel string) error {
-		entries, err := os.ReadDir(dir)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			name := e.Name()
-			if strings.HasPrefix(name, ".") {
-				continue
-			}
-			if strings.HasPrefix(name, "@") {
-				scoped, err := os.ReadDir(filepath.Join(dir, name))
-				if err != nil {
-					continue
-				}
-				for _, s := range scoped {
-					if err := visitPackage(filepath.Join(dir, name, s.Name()), path.Join(rel, name, s.Name())); err != nil {
-						return err
-					}
-				}
-				continue
-			}
-			if err := visitPackage(filepath.Join(dir, name), path.Join(rel, name)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := visit(modules, ""); err != nil {
+	if err := walkPackages(modules, "", visit); err != nil {
 		return nil, fmt.Errorf("look for native code in %s: %w", modules, err)
 	}
 	return found, nil

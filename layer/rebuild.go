@@ -32,7 +32,10 @@ type scriptPackage struct {
 // findScripts lists the packages under modules that npm would run install scripts for.
 func findScripts(modules string) ([]scriptPackage, error) {
 	var found []scriptPackage
-	err := walkPackages(modules, "", func(dir, rel string, p packageJSON) {
+	err := walkPackages(modules, "", func(dir, rel string, p packageJSON, linked bool) {
+		if linked {
+			return
+		}
 		var scripts []string
 		for _, s := range []string{"preinstall", "install", "postinstall"} {
 			if p.Scripts[s] != "" {
@@ -54,8 +57,9 @@ func findScripts(modules string) ([]scriptPackage, error) {
 }
 
 // walkPackages calls visit for every package under the node_modules folder dir, nested ones
-// included, without following links.
-func walkPackages(dir, rel string, visit func(dir, rel string, p packageJSON)) error {
+// included; a package that is a link (npm's install of a `file:` folder) is visited with
+// linked set, and not walked into.
+func walkPackages(dir, rel string, visit func(dir, rel string, p packageJSON, linked bool)) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -79,13 +83,18 @@ func walkPackages(dir, rel string, visit func(dir, rel string, p packageJSON)) e
 		}
 		for _, pkg := range pkgs {
 			pkgDir := filepath.Join(dir, pkg)
-			info, err := os.Lstat(pkgDir)
-			if err != nil || info.Mode()&os.ModeSymlink != 0 {
-				continue
+			data, err := os.ReadFile(filepath.Join(pkgDir, "package.json"))
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
 			}
+			info, lerr := os.Lstat(pkgDir)
+			linked := lerr != nil || info.Mode()&os.ModeSymlink != 0
 			var p packageJSON
-			if data, err := os.ReadFile(filepath.Join(pkgDir, "package.json")); err == nil && json.Unmarshal(data, &p) == nil {
-				visit(pkgDir, path.Join(rel, pkg), p)
+			if err == nil && json.Unmarshal(data, &p) == nil {
+				visit(pkgDir, path.Join(rel, pkg), p, linked)
+			}
+			if linked {
+				continue
 			}
 			if err := walkPackages(filepath.Join(pkgDir, "node_modules"), path.Join(rel, pkg, "node_modules"), visit); err != nil {
 				return err
