@@ -28,6 +28,14 @@ func faultyApp(t *testing.T) (dir string, base, target *harness.Faulty) {
 		"components/faults.b/manifest.toa.yaml": "operations:\n  get:\n    output: integer\n",
 		"components/faults.b/get.js":            "exports.get = async () => 2\n",
 	}
+	writeAppFiles(t, dir, files)
+	return dir, base, target
+}
+
+// writeAppFiles writes files into dir and links the stand-in extension packages toa-push asks
+// what they deploy (amqp, telemetry) under its node_modules, as testdata/apps link them.
+func writeAppFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
 	for p, content := range files {
 		full := filepath.Join(dir, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
@@ -37,7 +45,6 @@ func faultyApp(t *testing.T) (dir string, base, target *harness.Faulty) {
 			t.Fatal(err)
 		}
 	}
-	// the stand-in extension packages toa-push asks what they deploy, as testdata/apps link them
 	modules := filepath.Join(dir, "node_modules", "@toa.io")
 	if err := os.MkdirAll(modules, 0o755); err != nil {
 		t.Fatal(err)
@@ -51,7 +58,6 @@ func faultyApp(t *testing.T) (dir string, base, target *harness.Faulty) {
 			t.Fatal(err)
 		}
 	}
-	return dir, base, target
 }
 
 // toa-push through faults, as a user runs it: the exit code CI acts on (3 for a transfer that

@@ -24,29 +24,7 @@ func hostileApp(t *testing.T, base, target string) string {
 		"components/hostile.a/manifest.toa.yaml": "operations:\n  get:\n    output: integer\n",
 		"components/hostile.a/get.js":            "exports.get = async () => 1\n",
 	}
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// the stand-in extension packages toa-push asks what they deploy, as testdata/apps link them
-	modules := filepath.Join(dir, "node_modules", "@toa.io")
-	if err := os.MkdirAll(modules, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for link, pkg := range map[string]string{"bindings.amqp": "amqp", "extensions.telemetry": "telemetry"} {
-		target, err := filepath.Abs(filepath.Join("..", "..", "testdata", "packages", "extensions", pkg))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(target, filepath.Join(modules, link)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeAppFiles(t, dir, files)
 	return dir
 }
 
