@@ -177,7 +177,7 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}})
+		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}, Notice: o.warn})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
 		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",

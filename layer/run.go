@@ -14,10 +14,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/sandbox"
@@ -108,7 +106,7 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 		var out bytes.Buffer
 		err := sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(p),
 			Args: []string{"/bin/sh", "-c", line}, Env: append(baseEnv(cfg, root), env...), Dir: dir,
-			Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out}})
+			Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out}, Notice: o.warn})
 		var exit *sandbox.ExitError
 		if errors.As(err, &exit) {
 			return nil, &fault.Input{Key: "registry.build.run",
@@ -119,7 +117,7 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 			return nil, err
 		}
 	}
-	l, err := o.writeLayer(func(w *tarWriter) error { return w.changes(upper) })
+	l, err := o.writeLayer(func(w *tarWriter) error { return w.changes(root, upper) })
 	if err != nil {
 		return nil, fmt.Errorf("write the layer of build.run for %s: %w", p, err)
 	}
@@ -132,23 +130,19 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 // ErrNoShell is what the *fault.Input of a build.run line for a base without /bin/sh wraps.
 var ErrNoShell = errors.New("the base has no shell")
 
-// changes writes an overlay's upper folder as an OCI layer: its files and folders with their
-// modes, a whiteout (.wh.<name>) for each file the run removed (a 0/0 character device in the
-// upper folder) and an opaque marker (.wh..wh..opq) for each folder it replaced.
-func (w *tarWriter) changes(upper string) error {
-	return filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// changes writes what the runs of upper changed in root (sandbox.Changes) as an OCI layer:
+// files and folders with their modes, a whiteout (.wh.<name>) for each entry a run removed and an
+// opaque marker (.wh..wh..opq) in each folder that replaced the base's.
+func (w *tarWriter) changes(root, upper string) error {
+	return sandbox.Changes(root, upper, func(c sandbox.Change) error {
+		name := c.Name
+		if c.Whiteout {
+			if err := w.dir(path.Dir(name)); err != nil {
+				return err
+			}
+			return w.tw.WriteHeader(w.header(tar.TypeReg, path.Join(path.Dir(name), ".wh."+path.Base(name)), 0o644))
 		}
-		rel, err := filepath.Rel(upper, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		name := filepath.ToSlash(rel)
-		info, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
+		info := c.Info
 		mode := tarMode(info.Mode())
 		switch {
 		case info.IsDir():
@@ -159,23 +153,18 @@ func (w *tarWriter) changes(upper string) error {
 			if err := w.tw.WriteHeader(w.header(tar.TypeDir, name+"/", mode)); err != nil {
 				return err
 			}
-			if opaque(p) {
+			if c.Opaque {
 				return w.tw.WriteHeader(w.header(tar.TypeReg, name+"/.wh..wh..opq", 0o644))
 			}
 			return nil
-		case info.Mode()&fs.ModeCharDevice != 0 && isWhiteout(info):
-			if err := w.dir(path.Dir(name)); err != nil {
-				return err
-			}
-			return w.tw.WriteHeader(w.header(tar.TypeReg, path.Join(path.Dir(name), ".wh."+path.Base(name)), 0o644))
 		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
+			target, err := os.Readlink(c.Path)
 			if err != nil {
 				return err
 			}
 			return w.symlink(name, target)
 		case info.Mode().IsRegular():
-			f, err := os.Open(p)
+			f, err := os.Open(c.Path)
 			if err != nil {
 				return err
 			}
@@ -207,22 +196,4 @@ func tarMode(m fs.FileMode) int64 {
 		mode |= 0o1000
 	}
 	return mode
-}
-
-// isWhiteout is overlayfs's mark of a removed file: a character device 0/0.
-func isWhiteout(info fs.FileInfo) bool {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	return ok && st.Rdev == 0
-}
-
-// opaque reports whether overlayfs marked the folder as replacing the lower one's contents
-// (user.overlay.opaque, as it writes it inside a user namespace).
-func opaque(dir string) bool {
-	buf := make([]byte, 8)
-	for _, attr := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
-		if n, err := unix.Lgetxattr(dir, attr, buf); err == nil && n > 0 && buf[0] == 'y' {
-			return true
-		}
-	}
-	return false
 }

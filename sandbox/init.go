@@ -38,21 +38,25 @@ const initFailed = 125
 
 const initPrefix = "toa-push sandbox: "
 
+// refusedPrefix begins what an init says when the kernel refused it overlayfs: Run then runs
+// the command on a private copy of the root.
+const refusedPrefix = "overlayfs refused: "
+
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, initPrefix+format+"\n", args...)
 	os.Exit(initFailed)
 }
 
-// enter lays the overlay over the base's root, binds in what the command needs and pivots into it.
+// enter lays the overlay over the base's root (or binds the private copy of it), binds in what
+// the command needs and pivots into it.
 func (s *spec) enter() error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make the mounts private: %w", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", s.Lower, s.Upper, s.Work)
-	if err := unix.Mount("overlay", s.Merged, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount an overlay over the base (%s): %w", opts, err)
+	root, err := s.root()
+	if err != nil {
+		return err
 	}
-	root := s.Merged
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
@@ -78,6 +82,33 @@ func (s *spec) enter() error {
 		dir = "/"
 	}
 	return os.Chdir(dir)
+}
+
+// root mounts the root the command runs in and returns where: the overlay, or the copy bound
+// on itself (pivot_root wants a mount). An overlay the kernel refuses a user namespace, EPERM
+// where it is turned off there, EINVAL where the kernel is older than 5.11 (it knows no
+// userxattr), is said with refusedPrefix.
+func (s *spec) root() (string, error) {
+	if s.Copy != "" {
+		if err := unix.Mount(s.Copy, s.Copy, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return "", fmt.Errorf("bind the copy of the base: %w", err)
+		}
+		return s.Copy, nil
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", s.Lower, s.Upper, s.Work)
+	var err error
+	if s.RefuseOverlay {
+		err = fmt.Errorf("%w (%s=1)", unix.EPERM, NoOverlayEnv)
+	} else {
+		err = unix.Mount("overlay", s.Merged, "overlay", 0, opts)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) {
+		return "", fmt.Errorf("%sthe kernel does not let a user namespace mount an overlay over the base: %w", refusedPrefix, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("mount an overlay over the base (%s): %w", opts, err)
+	}
+	return s.Merged, nil
 }
 
 // devices makes /dev a tmpfs with the devices a build uses, bound from the runner's.

@@ -5,7 +5,9 @@
 // settings and the folders the command needs, pivots into it and runs the command with the
 // environment it is given. A foreign CPU runs under the QEMU user-mode emulator the runner has
 // registered with binfmt_misc (flag F). What the command changes lands in the overlay's upper
-// folder, which Changes turns into an OCI layer.
+// folder, which Changes lists as an OCI layer's entries. Where the kernel refuses overlayfs in a
+// user namespace (before 5.11, or turned off there), the command runs on a private copy of the
+// root instead, and Changes finds the same changes by comparing the copy with the root.
 //
 // A program that uses the package calls Init first thing in main (and in TestMain): in the
 // re-executed process it does the namespace's work and never returns.
@@ -56,14 +58,21 @@ type Command struct {
 	Stdout   io.Writer
 	Stderr   io.Writer
 	Timeout  time.Duration // default 30 minutes
+	// Notice, when set, is told which way the command runs when it is not the usual overlay:
+	// on a private copy of the root, as the kernel refused overlayfs.
+	Notice func(string)
 }
 
 // spec is what the init reads.
 type spec struct {
 	Lower, Upper, Work, Merged string
-	Binds                      []Bind
-	Args, Env                  []string
-	Dir                        string
+	// Copy, when set, is a private copy of the root to run on instead of an overlay.
+	Copy string
+	// RefuseOverlay takes overlayfs as refused, without asking the kernel (NoOverlayEnv).
+	RefuseOverlay bool
+	Binds         []Bind
+	Args, Env     []string
+	Dir           string
 }
 
 // ExitError is a command that ran and failed.
@@ -86,11 +95,47 @@ func (e *RunnerError) Error() string {
 	return fmt.Sprintf("cannot build for %s inside its base on this runner: %s\n  %s", e.Platform, e.Message, e.Hint)
 }
 
-// Run runs c.Args inside c.Root for c.Platform and waits, within c.Timeout.
+// Run runs c.Args inside c.Root for c.Platform and waits, within c.Timeout: over an overlay
+// whose upper folder is c.Upper, or, where the kernel refuses overlayfs in a user namespace, on a
+// private copy of the root made in c.Upper by the first run that needs it (and used by the runs
+// of the same c.Upper after it).
 func Run(ctx context.Context, c Command) error {
 	if err := Check(c.Platform); err != nil {
 		return err
 	}
+	copied, err := readCopy(c.Upper)
+	if err != nil {
+		return err
+	}
+	if copied != nil {
+		return run(ctx, c, spec{Copy: filepath.Join(c.Upper, copyDir)})
+	}
+	err = runOverlay(ctx, c)
+	var refused *overlayRefused
+	if !errors.As(err, &refused) {
+		return err
+	}
+	start := time.Now()
+	size, err := makeCopy(ctx, c.Root, c.Upper)
+	if err != nil {
+		return &RunnerError{Platform: c.Platform, Message: fmt.Sprintf("%s, and the private copy of the base to run on instead failed: %v", refused.why, err),
+			Hint: "give the cache (TOA_CACHE) room for a copy of the base, or run toa-push on a kernel that mounts overlayfs in a user namespace (5.11 or later)"}
+	}
+	if c.Notice != nil {
+		c.Notice(fmt.Sprintf("%s: %s runs on a private copy of the base for %s instead of an overlay (%d MiB copied in %s); the layer is the same, the run slower",
+			refused.why, strings.Join(c.Args, " "), c.Platform, size>>20, time.Since(start).Round(time.Millisecond)))
+	}
+	return run(ctx, c, spec{Copy: filepath.Join(c.Upper, copyDir)})
+}
+
+// overlayRefused is an init that could not mount the overlay because the kernel does not let a
+// user namespace mount overlayfs: the command has not run.
+type overlayRefused struct{ why string }
+
+func (e *overlayRefused) Error() string { return e.why }
+
+// runOverlay runs c over an overlay of c.Root whose upper folder is c.Upper.
+func runOverlay(ctx context.Context, c Command) error {
 	work, err := os.MkdirTemp(filepath.Dir(c.Upper), ".work-")
 	if err != nil {
 		return fmt.Errorf("make the overlay's work folder: %w", err)
@@ -103,8 +148,13 @@ func Run(ctx context.Context, c Command) error {
 			return err
 		}
 	}
-	s := spec{Lower: c.Root, Upper: c.Upper, Work: overlayWork, Merged: merged,
-		Binds: append(runnerBinds(), c.Binds...), Args: c.Args, Env: c.Env, Dir: c.Dir}
+	return run(ctx, c, spec{Lower: c.Root, Upper: c.Upper, Work: overlayWork, Merged: merged,
+		RefuseOverlay: os.Getenv(NoOverlayEnv) == "1"})
+}
+
+// run starts the init with s, the root it runs in, completed by c's command, and waits.
+func run(ctx context.Context, c Command, s spec) error {
+	s.Binds, s.Args, s.Env, s.Dir = append(runnerBinds(), c.Binds...), c.Args, c.Env, c.Dir
 	data, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -141,6 +191,9 @@ func Run(ctx context.Context, c Command) error {
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		if why := setupFailure(exit.ExitCode(), tail.String(), c.Stderr); why != "" {
+			if refused, ok := strings.CutPrefix(why, refusedPrefix); ok && s.Copy == "" {
+				return &overlayRefused{why: refused}
+			}
 			return &RunnerError{Platform: c.Platform, Message: why,
 				Hint: "run toa-push on a Linux runner whose kernel mounts overlayfs in a user namespace (5.11 or later), with the cache (TOA_CACHE) on a local file system"}
 		}
