@@ -50,6 +50,11 @@ func (n *npmLayers) Run(ctx context.Context, lines []string, t Target) (v1.Layer
 	return layer.Run(ctx, lines, platformOf(t), n.with(t)...)
 }
 
+// CheckBase says what the runner lacks to do the work of one platform inside its base.
+func (n *npmLayers) CheckBase(ctx context.Context, work layer.BaseWork, t Target) error {
+	return layer.CheckBase(ctx, work, platformOf(t), n.with(t)...)
+}
+
 func (n *npmLayers) with(t Target) []layer.Option {
 	opts := append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
 	if t.Base != nil {

@@ -114,6 +114,13 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
 	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]string{}}
+	toBuild := make([]*Image, len(missing))
+	for k, i := range missing {
+		toBuild[k] = plan.images[i]
+	}
+	if err := b.checkBases(ctx, toBuild); err != nil {
+		return nil, err
+	}
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
 		return b.build(ctx, plan.images[i], result.Images[i])

@@ -56,27 +56,10 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 	if o.base == nil {
 		return nil, fmt.Errorf("run build.run for %s: no base image to run it in", p)
 	}
-	digest, err := o.base.ConfigName()
+	k, env, err := o.runKey(lines, p, true)
 	if err != nil {
-		return nil, fmt.Errorf("read the config digest of the base for %s: %w", p, err)
+		return nil, err
 	}
-	key := newKey("run")
-	key.field("base", digest.String())
-	key.field("platform", p.String())
-	for _, line := range lines {
-		key.field("line", line)
-	}
-	env := []string{}
-	for _, name := range o.arguments {
-		if v, ok := os.LookupEnv(name); ok {
-			env = append(env, name+"="+v)
-			sum := sha256.Sum256([]byte(v))
-			key.field("argument "+name, hex.EncodeToString(sum[:]))
-		} else {
-			o.warn(fmt.Sprintf("registry.build.arguments names %s, which is not set in this environment: build.run runs without it", name))
-		}
-	}
-	k := key.String()
 	if l := o.lookup("run", k); l != nil {
 		return l, nil
 	}
@@ -84,10 +67,8 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 	if err != nil {
 		return nil, err
 	}
-	if info, err := os.Lstat(filepath.Join(root, "bin", "sh")); err != nil || info.IsDir() {
-		return nil, &fault.Input{Key: "registry.build.run", Err: ErrNoShell,
-			Message: fmt.Sprintf("`%s`: the base for %s has no /bin/sh to run it", lines[0], p),
-			Hint:    "use a base image with a shell (registry.build.image), or move what this line makes into the base"}
+	if err := hasShell(root, lines, p); err != nil {
+		return nil, err
 	}
 	staging, err := o.staging("run")
 	if err != nil {
@@ -125,6 +106,42 @@ func Run(ctx context.Context, lines []string, p Platform, opts ...Option) (v1.La
 		return nil, fmt.Errorf("keep the layer of build.run in the cache %s: %w", o.layersDir(), err)
 	}
 	return l, nil
+}
+
+// runKey is the cache key of Run's layer, and the arguments' part of the lines' environment;
+// warn says an argument that is not set.
+func (o *options) runKey(lines []string, p Platform, warn bool) (string, []string, error) {
+	digest, err := o.base.ConfigName()
+	if err != nil {
+		return "", nil, fmt.Errorf("read the config digest of the base for %s: %w", p, err)
+	}
+	key := newKey("run")
+	key.field("base", digest.String())
+	key.field("platform", p.String())
+	for _, line := range lines {
+		key.field("line", line)
+	}
+	env := []string{}
+	for _, name := range o.arguments {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+			sum := sha256.Sum256([]byte(v))
+			key.field("argument "+name, hex.EncodeToString(sum[:]))
+		} else if warn {
+			o.warn(fmt.Sprintf("registry.build.arguments names %s, which is not set in this environment: build.run runs without it", name))
+		}
+	}
+	return key.String(), env, nil
+}
+
+// hasShell is the *fault.Input of a base without the /bin/sh the lines run with.
+func hasShell(root string, lines []string, p Platform) error {
+	if info, err := os.Lstat(filepath.Join(root, "bin", "sh")); err != nil || info.IsDir() {
+		return &fault.Input{Key: "registry.build.run", Err: ErrNoShell,
+			Message: fmt.Sprintf("`%s`: the base for %s has no /bin/sh to run it", lines[0], p),
+			Hint:    "use a base image with a shell (registry.build.image), or move what this line makes into the base"}
+	}
+	return nil
 }
 
 // ErrNoShell is what the *fault.Input of a build.run line for a base without /bin/sh wraps.

@@ -26,6 +26,9 @@ func Init() {
 		fail("read the sandbox's spec: %v", err)
 	}
 	os.Unsetenv(initEnv)
+	if s.Probe {
+		os.Exit(0)
+	}
 	if err := s.enter(); err != nil {
 		fail("%v", err)
 	}

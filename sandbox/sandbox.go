@@ -70,9 +70,11 @@ type spec struct {
 	Copy string
 	// RefuseOverlay takes overlayfs as refused, without asking the kernel (NoOverlayEnv).
 	RefuseOverlay bool
-	Binds         []Bind
-	Args, Env     []string
-	Dir           string
+	// Probe makes the init exit at once: CheckUserNamespaces.
+	Probe     bool
+	Binds     []Bind
+	Args, Env []string
+	Dir       string
 }
 
 // ExitError is a command that ran and failed.
@@ -174,12 +176,7 @@ func run(ctx context.Context, c Command, s spec) error {
 	cmd.Env = []string{initEnv + "=" + string(data)}
 	var tail bytes.Buffer
 	cmd.Stdout, cmd.Stderr = orTail(c.Stdout, &tail), orTail(c.Stderr, &tail)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		Pdeathsig:   syscall.SIGKILL,
-	}
+	cmd.SysProcAttr = namespaces()
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		return userNamespaceError(c.Platform, err)
@@ -258,6 +255,43 @@ func runnerBinds() []Bind {
 		}
 	}
 	return binds
+}
+
+// CheckUserNamespaces says whether this runner lets toa-push make the namespaces a run in a base
+// of platform needs: it starts the sandbox's init in them, which exits at once. The error is
+// Run's when they are refused.
+func CheckUserNamespaces(ctx context.Context, platform string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find toa-push's own program to run in the sandbox: %w", err)
+	}
+	data, err := json.Marshal(spec{Probe: true})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self)
+	cmd.Args = []string{initName}
+	cmd.Env = []string{initEnv + "=" + string(data)}
+	cmd.SysProcAttr = namespaces()
+	if err := cmd.Start(); err != nil {
+		return userNamespaceError(platform, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("try the sandbox's namespaces for %s: %w", platform, err)
+	}
+	return nil
+}
+
+// namespaces are the sandbox's: user (the runner's user as root), mount and PID.
+func namespaces() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
 }
 
 // userNamespaceError says why the sandbox could not start, with the setting to change.

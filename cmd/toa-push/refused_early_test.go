@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/sandbox"
+)
+
+// TestRefusedBeforeInstall: an application whose only work in a base is a dependency's install
+// script (its lockfile says hasInstallScript), for arm64 on a runner with no emulator registered,
+// is refused before npm installs anything and before the registry is sent a blob, in seconds.
+func TestRefusedBeforeInstall(t *testing.T) {
+	addr, rec := harness.RegistryWithLog(t)
+	harness.PushDebianBase(t, addr)
+	dir := copyApp(t, "native", addr)
+	file := filepath.Join(dir, "context.toa.yaml")
+	data, _ := os.ReadFile(file)
+	data = bytes.Replace(data, []byte("    run: |\n      echo test > /etc/toa-run-test\n      rm /etc/debian_version\n"), nil, 1)
+	if bytes.Contains(data, []byte("run:")) {
+		t.Fatalf("the build.run lines are still in %s", file)
+	}
+	os.WriteFile(file, data, 0o644)
+	// npm on the PATH writes down what it was asked before it does it
+	realNpm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("no npm")
+	}
+	bin, calls := t.TempDir(), filepath.Join(t.TempDir(), "npm-calls")
+	os.WriteFile(filepath.Join(bin, "npm"), []byte("#!/bin/sh\necho \"$*\" >> "+calls+"\nexec "+realNpm+" \"$@\"\n"), 0o755)
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("TOA_CACHE", t.TempDir())
+	t.Setenv(sandbox.BinfmtEnv, t.TempDir())
+	rec.Reset()
+	start := time.Now()
+	code, _, stderr := run(t, dir, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+	took := time.Since(start)
+	t.Logf("refused in %s:\n%s", took, stderr)
+	if code != 1 || !strings.Contains(stderr, "the install scripts of toa-test-marker: cannot build for linux/arm64 inside its base on this runner: no emulator for arm64 is registered with binfmt_misc") ||
+		!strings.Contains(stderr, "sudo apt-get install -y qemu-user-static binfmt-support") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+	if n := len(rec.BlobUploads()); n != 0 {
+		t.Errorf("the refused push uploaded %d blobs", n)
+	}
+	asked, _ := os.ReadFile(calls)
+	for _, line := range strings.Split(string(asked), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && (f[0] == "ci" || f[0] == "install" || f[0] == "rebuild") {
+			t.Errorf("npm was run before the refusal: npm %s", line)
+		}
+	}
+	if took > 60*time.Second {
+		t.Errorf("the refusal took %s", took)
+	}
+}

@@ -1,0 +1,125 @@
+package layer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/toa"
+)
+
+// BaseWork is what the build of a platform will do inside its base, as it is known before
+// anything is installed.
+type BaseWork struct {
+	Shell []string // build.run lines that run in the base (SplitLines' shell)
+	// Scripts are the packages whose lockfile entries say they have install scripts
+	// (LockedScripts), which run in the base when npm cannot run them on the runner.
+	Scripts []string
+}
+
+// CheckBase says, before npm runs and before anything is pushed, what this runner lacks to do
+// work in the base of p (WithBase): the emulator of a foreign CPU, user namespaces, a /bin/sh for
+// build.run lines. The words are those the work itself would fail with, naming the line or the
+// packages: a *sandbox.RunnerError for the runner's lacks, the *fault.Input of Run for a base
+// without a shell. Work the cache already holds, and scripts npm runs on the runner (the same
+// platform, libc and Node major), need nothing of the base.
+func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) error {
+	o, err := newOptions(opts)
+	if err != nil || o.base == nil {
+		return err
+	}
+	var what string
+	shell := false
+	if len(work.Shell) > 0 {
+		k, _, err := o.runKey(work.Shell, p, false)
+		if err != nil {
+			return err
+		}
+		if shell = o.lookup("run", k) == nil; shell {
+			what = fmt.Sprintf("`%s`", work.Shell[0])
+		}
+	}
+	if !shell && len(work.Scripts) > 0 {
+		in, err := o.newInstall(ctx, p)
+		if err != nil {
+			return err
+		}
+		if in.skipScripts() {
+			what = "the install scripts of " + strings.Join(work.Scripts, ", ")
+		}
+	}
+	if what == "" {
+		return nil
+	}
+	platform := platformName(p)
+	if err := sandbox.Check(platform); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := sandbox.CheckUserNamespaces(ctx, platform); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !shell {
+		return nil
+	}
+	root, _, err := o.baseRoot(ctx)
+	if err != nil {
+		return err
+	}
+	return hasShell(root, work.Shell, p)
+}
+
+// LockedScripts are the packages c's lockfile (npm-shrinkwrap.json, else package-lock.json)
+// says have install scripts (hasInstallScript), dev dependencies left out as the install leaves
+// them: their names, sorted. None without a lockfile, or with one npm will refuse (it says why
+// at the install).
+func LockedScripts(c *toa.Component) ([]string, error) {
+	lock := c.PackageLock
+	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
+		lock = shrinkwrap
+	}
+	if lock == "" {
+		return nil, nil
+	}
+	data, err := fsys.ReadFile(lock, fsys.MaxLockSize)
+	if err != nil {
+		return nil, err
+	}
+	var l struct {
+		Packages map[string]struct {
+			Name             string `json:"name"`
+			HasInstallScript bool   `json:"hasInstallScript"`
+			Dev              bool   `json:"dev"`
+		} `json:"packages"`
+	}
+	if json.Unmarshal(data, &l) != nil {
+		return nil, nil
+	}
+	names := map[string]bool{}
+	for key, p := range l.Packages {
+		if !p.HasInstallScript || p.Dev || key == "" {
+			continue
+		}
+		name := p.Name
+		if name == "" {
+			name = key
+			if i := strings.LastIndex(key, "node_modules/"); i >= 0 {
+				name = key[i+len("node_modules/"):]
+			} else {
+				name = path.Base(key)
+			}
+		}
+		names[name] = true
+	}
+	list := make([]string, 0, len(names))
+	for n := range names {
+		list = append(list, n)
+	}
+	sort.Strings(list)
+	return list, nil
+}
