@@ -13,6 +13,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
 // runHint is the advice for a build.run line toa-push cannot run.
@@ -325,7 +326,14 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 			return staging, append(args, pkgs...), nil
 		},
 		modules: func(staging string) string { return filepath.Join(prefixIn(staging), "lib", "node_modules") },
-		native:  func(natives []nativePackage) error { return nativeError("", "registry.build.run", in, natives) },
+		// the scripts npm skipped run in the base with each package at its place in the image,
+		// /usr/local/lib/node_modules/<package>: the base's own packages there (its npm) stay
+		installDir: func(staging string) string { return filepath.Join(prefixIn(staging), "lib") },
+		target:     "/usr/local/lib",
+		installBinds: func(staging string) []sandbox.Bind {
+			return globalBinds(filepath.Join(prefixIn(staging), "lib", "node_modules"))
+		},
+		native: func(natives []nativePackage) error { return nativeError("", "registry.build.run", in, natives) },
 		fill: func(staging string, w *tarWriter) error {
 			prefix := prefixIn(staging)
 			if bin := filepath.Join(prefix, "bin"); fileExists(bin) {
@@ -336,4 +344,29 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 			return w.tree(filepath.Join(prefix, "lib", "node_modules"), "usr/local/lib/node_modules", treeOptions{skip: installedExcluded})
 		},
 	})
+}
+
+// globalBinds bind each package of a global install's node_modules folder at its place in the
+// base's /usr/local/lib/node_modules.
+func globalBinds(modules string) []sandbox.Bind {
+	var binds []sandbox.Bind
+	entries, _ := os.ReadDir(modules)
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		names := []string{name}
+		if strings.HasPrefix(name, "@") {
+			names = nil
+			scoped, _ := os.ReadDir(filepath.Join(modules, name))
+			for _, s := range scoped {
+				names = append(names, name+"/"+s.Name())
+			}
+		}
+		for _, n := range names {
+			binds = append(binds, sandbox.Bind{Source: filepath.Join(modules, n), Target: "/usr/local/lib/node_modules/" + n})
+		}
+	}
+	return binds
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
 // job is one npm install whose tree becomes a layer kept in the cache: Dependencies' and
@@ -37,6 +39,9 @@ type job struct {
 	// (WithBase). nil for installs that keep the refusal of native code.
 	installDir func(staging string) string
 	target     string
+	// installBinds, when set, are what is bound in the base instead of installDir at target
+	// (Global's packages, each at its place in the base's global prefix).
+	installBinds func(staging string) []sandbox.Bind
 	// fill writes the layer from the staging folder.
 	fill func(staging string, w *tarWriter) error
 	// parts, when set, lay the staging folder out as several layers instead of fill's one
@@ -103,7 +108,11 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	}
 	ranInBase := false
 	if inBase {
-		if ranInBase, err = o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target); err != nil {
+		var binds []sandbox.Bind
+		if j.installBinds != nil {
+			binds = j.installBinds(staging)
+		}
+		if ranInBase, err = o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target, binds...); err != nil {
 			return nil, err
 		}
 	}
@@ -117,7 +126,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 		}
 	}
 	if !inBase && in.skipScripts() {
-		if err := o.warnScriptsSkipped(in, j.what, j.modules(staging), j.installDir == nil); err != nil {
+		if err := o.warnScriptsSkipped(in, j.what, j.modules(staging)); err != nil {
 			return nil, err
 		}
 	}

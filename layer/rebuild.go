@@ -135,11 +135,13 @@ func describe(pkgs []scriptPackage) string {
 // `npm rebuild <packages>` with the base's node and npm, the install folder bound at its path in
 // the image (target) and npm's cache bound in, so that what the scripts build lands in the tree
 // the layer is written from. The base's own npm applies npm's script policy (allowScripts).
+// installBinds, when given, are bound instead of dir at target: the global packages, each at its
+// place in the base's prefix, which stays the base's (its npm is there).
 //
 // It reports whether the scripts ran: not when there are none, when npm's configuration turns
 // them off, or when the base has no shell and npm to run them (a warning names the packages
 // then, and native code is refused as without a base).
-func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string) (bool, error) {
+func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, installBinds ...sandbox.Bind) (bool, error) {
 	pkgs, err := findScripts(modules)
 	if err != nil || len(pkgs) == 0 {
 		return false, err
@@ -177,13 +179,21 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}, Notice: o.warn})
+		Binds: append(orBinds(installBinds, dir, target), sandbox.Bind{Source: o.npmCache, Target: "/toa-npm-cache"}), Notice: o.warn})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
 		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
 			what, in.platform, exit.Code, describe(pkgs), indent(out.String()))
 	}
 	return err == nil, err
+}
+
+// orBinds are binds, or dir bound at target.
+func orBinds(binds []sandbox.Bind, dir, target string) []sandbox.Bind {
+	if len(binds) > 0 {
+		return binds
+	}
+	return []sandbox.Bind{{Source: dir, Target: target}}
 }
 
 // hasNpm reports whether the base has npm where node images and distributions put it.
@@ -198,15 +208,12 @@ func hasNpm(root string) bool {
 
 // warnScriptsSkipped names the install scripts npm skipped for a platform it cannot run them
 // for, when nothing runs them in the base: never silent.
-func (o *options) warnScriptsSkipped(in *install, what, modules string, global bool) error {
+func (o *options) warnScriptsSkipped(in *install, what, modules string) error {
 	pkgs, err := findScripts(modules)
 	if err != nil || len(pkgs) == 0 {
 		return err
 	}
 	why := "no base was given to run them in"
-	if global {
-		why = "npm i -g installs run on the runner, and their scripts do not run inside the base yet"
-	}
 	o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s (%s, from this runner %s): %s:\n    %s",
 		len(pkgs), what, in.platform, "Node "+major(in.baseNode), in.runner, why, describe(pkgs)))
 	return nil
