@@ -160,8 +160,17 @@ func (c Cache) entries(root string) ([]Entry, error) {
 			continue
 		}
 		info, err := os.Lstat(filepath.Join(dir, name))
-		if err != nil || info.IsDir() {
+		if err != nil || info.IsDir() != c.folders() {
 			continue // gone meanwhile, or not ours
+		}
+		if info.IsDir() {
+			// a kept folder is made whole and renamed into place when used: its own time says when
+			size, _, err := treeSize(filepath.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: size, Used: info.ModTime()})
+			continue
 		}
 		out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: info.Size(), Used: info.ModTime()})
 	}
