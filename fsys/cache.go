@@ -51,7 +51,7 @@ var caches = [cacheCount]cacheInfo{
 	FileLayers: {"layers/files", "*.json", "which layer holds a list of files",
 		"sha256 of the files' names, modes and contents", 64 << 10, true},
 	PartLayers: {"layers/parts", "*.json", "which layer holds a part of a split node_modules",
-		"sha256 of the part's tar stream", 64 << 10, true},
+		"sha256 of the part's tar stream, or of its files' stats", 64 << 10, true},
 	Trees: {"trees", "tree-*", "the last node_modules each install made, installed over when its lockfile changes",
 		"sha256 of what the install reads but package.json and the lockfile", 0, true},
 	Npm: {"npm", "", "npm's own cache (`npm --cache`)",

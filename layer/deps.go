@@ -142,7 +142,7 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 	// their mirrors there
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
 	var tree *treeSpec
-	if d.lockPath != "" {
+	if d.lockPath != "" && installableOver(d.lockData) {
 		tree = &treeSpec{lockPath: d.lockPath, lockData: d.lockData}
 	}
 	return job{

@@ -164,6 +164,23 @@ func parseLock(data []byte) (map[string]lockEntry, error) {
 	return lock.Packages, nil
 }
 
+// installableOver reports whether a lockfile may be installed over a kept tree: one of version 2
+// or 3 whose packages all come from a registry or a URL. Local packages (`file:` folders,
+// workspaces) are installed as copies (--install-links), which npm's hidden lockfile names
+// otherwise than the lockfile: their installs are always npm ci's.
+func installableOver(lockData []byte) bool {
+	packages, err := parseLock(lockData)
+	if err != nil {
+		return false
+	}
+	for p, e := range packages {
+		if e.Link || !strings.HasPrefix(p, "node_modules/") || strings.HasPrefix(e.Resolved, "file:") {
+			return false
+		}
+	}
+	return true
+}
+
 func readLock(path string) (map[string]lockEntry, error) {
 	data, err := fsys.ReadFile(path, fsys.MaxLockSize)
 	if err != nil {
