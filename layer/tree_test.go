@@ -175,3 +175,54 @@ func TestCheckTree(t *testing.T) {
 		})
 	}
 }
+
+// For a foreign target, a bump over the kept tree runs in the base the install scripts of the
+// packages npm added or changed only: esbuild's postinstall, which ran there when the tree was
+// installed (it links esbuild/bin/esbuild to the arm64 binary), is not run again, and the layers
+// are those of a fresh install, whose scripts all run in the base.
+func TestIncrementalBumpInTheBase(t *testing.T) {
+	npmTest(t)
+	if testing.Short() {
+		t.Skip("runs npm under QEMU in the base")
+	}
+	base := debianBase(t, "arm64")
+	root := t.TempDir()
+	install := func(name string) []string {
+		t.Helper()
+		c := fixture(t, name)
+		c.Name, c.Locator = "esbuild", toa.NewLocator("esbuild", "default")
+		layers, err := DependencyLayers(context.Background(), c, arm64, 20, WithCacheDir(root), npmCache,
+			WithBase(base), WithBaseNode("18.20.4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return digests(t, layers)
+	}
+	stamp := func(rel string) string {
+		t.Helper()
+		info, err := os.Lstat(keptFile(t, root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := changeStamp(info)
+		return s
+	}
+	install("esbuild")
+	shim, binary := "esbuild/bin/esbuild", "@esbuild/linux-arm64/bin/esbuild"
+	if inodeOf(t, keptFile(t, root, shim)) != inodeOf(t, keptFile(t, root, binary)) {
+		t.Fatal("esbuild's postinstall did not run in the base: bin/esbuild is not linked to the arm64 binary")
+	}
+	before := stamp(binary)
+	incremental := install("esbuild-bump")
+	if after := stamp(binary); after != before {
+		t.Error("esbuild's postinstall ran again over the kept tree")
+	}
+	if !fileExists(keptFile(t, root, "is-number/package.json")) {
+		t.Error("is-number was not installed over the kept tree")
+	}
+	os.RemoveAll(fsys.DepsLayers.Dir(root))
+	os.RemoveAll(fsys.Trees.Dir(root))
+	if fresh := install("esbuild-bump"); !slices.Equal(incremental, fresh) {
+		t.Errorf("the bump over the kept tree gave other layers than a fresh install:\n%v\n%v", incremental, fresh)
+	}
+}
