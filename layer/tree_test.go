@@ -2,6 +2,7 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,6 +81,37 @@ func TestIncrementalBumpIsAFreshInstall(t *testing.T) {
 	}
 	if !strings.Contains(warnings.String(), "changed since it was kept") {
 		t.Errorf("no warning of the tampered tree: %s", warnings)
+	}
+}
+
+// A lockfile out of sync with package.json, installed where a tree is kept, is refused as npm
+// ci refuses it, with the same error, not installed over the tree by npm install's resolving.
+func TestIncrementalOutOfSyncLockfile(t *testing.T) {
+	npmTest(t)
+	root := t.TempDir()
+	component := func(dir string) *toa.Component {
+		c := fixture(t, "split-ms-2.1.2")
+		c.Name, c.Locator = "split", toa.NewLocator("split", "default")
+		if dir != "" {
+			c.Path, c.PackageJSON, c.PackageLock = dir, filepath.Join(dir, "package.json"), filepath.Join(dir, "package-lock.json")
+		}
+		return c
+	}
+	if _, err := DependencyLayers(context.Background(), component(""), amd64, 20, WithCacheDir(root), npmCache); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pkg := strings.Replace(readString(t, filepath.Join("testdata", "components", "split-ms-2.1.2", "package.json")),
+		`"ms": "2.1.2",`, `"ms": "2.1.2", "is-odd": "3.0.1",`, 1)
+	os.WriteFile(filepath.Join(dir, "package.json"), []byte(pkg), 0o644)
+	lock := readString(t, filepath.Join("testdata", "components", "split-ms-2.1.3", "package-lock.json"))
+	os.WriteFile(filepath.Join(dir, "package-lock.json"), []byte(lock), 0o644)
+	_, err := DependencyLayers(context.Background(), component(dir), amd64, 20, WithCacheDir(root), npmCache)
+	if !errors.Is(err, ErrLockfileOutOfSync) {
+		t.Fatalf("got %v, want the out-of-sync lockfile refused", err)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(fsys.Trees.Dir(root), "tree-*")); len(kept) != 0 {
+		t.Errorf("the kept tree was not tried: %v", kept)
 	}
 }
 
