@@ -143,7 +143,7 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
 	var tree *treeSpec
 	if d.lockPath != "" && installableOver(d.lockData) {
-		tree = &treeSpec{lockPath: d.lockPath, lockData: d.lockData}
+		tree = &treeSpec{lockData: d.lockData}
 	}
 	return job{
 		tree:      tree,

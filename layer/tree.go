@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
@@ -28,7 +26,6 @@ import (
 
 // treeSpec is what an install that may start from a kept tree needs: the lockfile it installs.
 type treeSpec struct {
-	lockPath string
 	lockData []byte
 }
 
@@ -365,16 +362,6 @@ func scriptsRanBefore(modules string, changed map[string]bool) (bool, error) {
 		}
 	}
 	return false, nil
-}
-
-// sortedPaths lists a set of install paths, for messages.
-func sortedPaths(set map[string]bool) string {
-	list := make([]string, 0, len(set))
-	for p := range set {
-		list = append(list, path.Join("node_modules", p))
-	}
-	sort.Strings(list)
-	return strings.Join(list, ", ")
 }
 
 // onlyThese keeps the packages only keeps, all of them when it is nil.
