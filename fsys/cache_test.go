@@ -190,7 +190,8 @@ func TestPrune(t *testing.T) {
 }
 
 // TestPruneTreesAndParts: the records of split layers are entries of their own, and a kept tree
-// is one entry, removed whole, used when its folder was made, whatever the times of its files.
+// is one entry, removed whole, used when its folder was made, whatever the times of its files,
+// of the size its FolderSizeFile says when it has one.
 func TestPruneTreesAndParts(t *testing.T) {
 	root := t.TempDir()
 	now := time.Now()
@@ -219,18 +220,24 @@ func TestPruneTreesAndParts(t *testing.T) {
 	young := Trees.Path(root, "tree-young")
 	age(write(filepath.Join(young, "node_modules", "b", "index.js"), 1000), 100*time.Hour) // npm's tarballs' times
 	age(young, time.Hour)
+	sized := Trees.Path(root, "tree-sized")
+	age(write(filepath.Join(sized, "node_modules", "c", "index.js"), 2000), 100*time.Hour)
+	if err := os.WriteFile(filepath.Join(sized, FolderSizeFile), []byte("300"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	age(sized, 30*time.Minute)
 	stray := write(Trees.Path(root, "tree-file"), 10) // not a folder: not an entry
 
-	report, err := Prune(context.Background(), root, 1000, now.Add(-time.Minute))
+	report, err := Prune(context.Background(), root, 1300, now.Add(-time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	gone := func(path string) bool { _, err := os.Stat(path); return os.IsNotExist(err) }
-	if !gone(part) || !gone(old) || gone(young) || gone(stray) {
-		t.Errorf("part gone %v, old tree gone %v, young tree gone %v, stray file gone %v: want the part and the old tree pruned",
-			gone(part), gone(old), gone(young), gone(stray))
+	if !gone(part) || !gone(old) || gone(young) || gone(sized) || gone(stray) {
+		t.Errorf("part gone %v, old tree gone %v, young tree gone %v, sized tree gone %v, stray file gone %v: want the part and the old tree pruned",
+			gone(part), gone(old), gone(young), gone(sized), gone(stray))
 	}
-	if report.Before != 2100 || report.After != 1000 || len(report.Removed) != 2 {
+	if report.Before != 2400 || report.After != 1300 || len(report.Removed) != 2 {
 		t.Errorf("report: before %d after %d, %d removed", report.Before, report.After, len(report.Removed))
 	}
 }

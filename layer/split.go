@@ -390,7 +390,7 @@ func partStatKey(p part, mtime time.Time) (string, error) {
 		if !info.IsDir() {
 			continue
 		}
-		digest, err := treeDigest(src)
+		digest, _, err := treeDigest(src)
 		if err != nil {
 			return "", err
 		}

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
@@ -59,7 +60,7 @@ func (o *options) takeTree(key, staging, modules string) *keptTree {
 		return nil
 	}
 	kept := filepath.Join(held, "node_modules")
-	if digest, err := treeDigest(kept); err != nil || digest != r.Digest {
+	if digest, _, err := treeDigest(kept); err != nil || digest != r.Digest {
 		os.RemoveAll(held)
 		o.warn(fmt.Sprintf("the node_modules kept in the cache %s changed since it was kept: it is not used, and npm installs anew", fsys.Trees.Dir(o.cacheRoot)))
 		return nil
@@ -84,7 +85,7 @@ func (o *options) keepTree(key, staging, modules string) error {
 	if !fileExists(modules) {
 		return nil
 	}
-	digest, err := treeDigest(modules)
+	digest, size, err := treeDigest(modules)
 	if err != nil {
 		return err
 	}
@@ -101,6 +102,10 @@ func (o *options) keepTree(key, staging, modules string) error {
 	}
 	data, _ := json.Marshal(treeRecord{Digest: digest})
 	if err := os.WriteFile(filepath.Join(folder, treeRecordName), data, 0o644); err != nil {
+		return err
+	}
+	// what the cache's bound counts, without walking the tree at every run's end
+	if err := os.WriteFile(filepath.Join(folder, fsys.FolderSizeFile), []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
 		return err
 	}
 	entry := fsys.Trees.Path(o.cacheRoot, key)
@@ -299,11 +304,12 @@ func checkBinLinks(modules string) error {
 // path, type and mode, size, link target, modification and change times and inode. A file
 // written, replaced, renamed or changed in its mode since gets another change time, which no
 // program can set back, so a tree touched since it was kept has another digest; its contents
-// are not read, so that the check costs a walk, not a read of every byte.
-func treeDigest(dir string) (string, error) {
+// are not read, so that the check costs a walk, not a read of every byte. size is the bytes of
+// its regular files.
+func treeDigest(dir string) (digest string, size int64, err error) {
 	h := sha256.New()
 	var buf bytes.Buffer
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -313,6 +319,9 @@ func treeDigest(dir string) (string, error) {
 		info, err := d.Info()
 		if err != nil {
 			return err
+		}
+		if info.Mode().IsRegular() {
+			size += info.Size()
 		}
 		rel, _ := filepath.Rel(dir, p)
 		buf.Reset()
@@ -334,9 +343,9 @@ func treeDigest(dir string) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), size, nil
 }
 
 // onlyPaths is the filter of the packages whose install scripts run: all of them for a tree
