@@ -6,9 +6,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
-
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // job is one npm install whose tree becomes a layer kept in the cache: Dependencies' and
