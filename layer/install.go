@@ -147,7 +147,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 // there is one (tree.go). reused is false when there is none, or when npm's result over it is
 // not what npm ci would make: modules is then absent, for npm ci.
 func (o *options) installOverKept(ctx context.Context, j job, treeKey, staging, dir string, args []string) (changed map[string]bool, out string, reused bool) {
-	if j.tree == nil || !j.cacheable || len(args) == 0 || args[0] != "ci" {
+	if !keepsTrees || j.tree == nil || !j.cacheable || len(args) == 0 || args[0] != "ci" {
 		return nil, "", false
 	}
 	kept := o.takeTree(treeKey, staging, j.modules(staging))
@@ -172,7 +172,7 @@ func (o *options) scriptsInBase(ctx context.Context, in *install, j job, staging
 // keepTreeOf keeps the job's installed tree for the next change of its lockfile. A tree that
 // cannot be kept costs the next install its speed, not its result: it is only said.
 func (o *options) keepTreeOf(j job, treeKey, staging string) {
-	if j.tree == nil {
+	if !keepsTrees || j.tree == nil {
 		return
 	}
 	if err := o.keepTree(treeKey, staging, j.modules(staging)); err != nil {

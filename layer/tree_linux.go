@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// keepsTrees: change times tell a kept tree that was touched (tree.go).
+const keepsTrees = true
+
 // changeStamp is the file's change time, inode and link count, which treeDigest holds.
 func changeStamp(info fs.FileInfo) (string, bool) {
 	st, ok := info.Sys().(*syscall.Stat_t)
