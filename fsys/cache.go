@@ -20,6 +20,8 @@ const (
 	DepsLayers                // which layer holds a component's node_modules for a platform
 	GlobalLayers              // which layer holds the `npm i -g` lines of an image for a platform
 	FileLayers                // which layer holds a list of files (layer.Files)
+	PartLayers                // which layer holds a part of a split node_modules, by its tar stream
+	Trees                     // the last node_modules each install made, for the next change of its lockfile
 	Npm                       // npm's own cache (npm --cache), one entry
 	Bases                     // what each base was last resolved to, for --plan offline
 	Libc                      // each base digest's C library
@@ -48,6 +50,10 @@ var caches = [cacheCount]cacheInfo{
 		"sha256 of the lines and what npm reads", 64 << 10, true},
 	FileLayers: {"layers/files", "*.json", "which layer holds a list of files",
 		"sha256 of the files' names, modes and contents", 64 << 10, true},
+	PartLayers: {"layers/parts", "*.json", "which layer holds a part of a split node_modules",
+		"sha256 of the part's tar stream, or of its files' stats", 64 << 10, true},
+	Trees: {"trees", "tree-*", "the last node_modules each install made, installed over when its lockfile changes",
+		"sha256 of what the install reads but package.json and the lockfile", 0, true},
 	Npm: {"npm", "", "npm's own cache (`npm --cache`)",
 		"npm's (the packages' integrity)", 0, true},
 	Bases: {"bases", "*.json", "what each base was last resolved to (for `--plan` offline)",
@@ -63,6 +69,10 @@ var caches = [cacheCount]cacheInfo{
 	Staging: {"tmp", "", "staging folders of installs under way",
 		"one per install", 0, false},
 }
+
+// folders reports whether the cache's entries are folders, each one entry removed whole, used
+// when the folder itself was last modified (made).
+func (c Cache) folders() bool { return c == Trees }
 
 // Caches are every cache, in the order of the table.
 func Caches() []Cache {

@@ -188,3 +188,56 @@ func TestPrune(t *testing.T) {
 		t.Errorf("with a bound of 0: mine gone %v, recent gone %v, after %d", gone(mine), gone(recent), report.After)
 	}
 }
+
+// TestPruneTreesAndParts: the records of split layers are entries of their own, and a kept tree
+// is one entry, removed whole, used when its folder was made, whatever the times of its files,
+// of the size its FolderSizeFile says when it has one.
+func TestPruneTreesAndParts(t *testing.T) {
+	root := t.TempDir()
+	now := time.Now()
+	age := func(path string, d time.Duration) {
+		t.Helper()
+		at := now.Add(-d)
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(path string, size int) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	part := write(PartLayers.Path(root, "sha256-aa.gzip-members.json"), 100)
+	age(part, 5*time.Hour)
+	old := Trees.Path(root, "tree-old")
+	age(write(filepath.Join(old, "node_modules", "a", "index.js"), 1000), 100*time.Hour)
+	age(old, 3*time.Hour)
+	young := Trees.Path(root, "tree-young")
+	age(write(filepath.Join(young, "node_modules", "b", "index.js"), 1000), 100*time.Hour) // npm's tarballs' times
+	age(young, time.Hour)
+	sized := Trees.Path(root, "tree-sized")
+	age(write(filepath.Join(sized, "node_modules", "c", "index.js"), 2000), 100*time.Hour)
+	if err := os.WriteFile(filepath.Join(sized, FolderSizeFile), []byte("300"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	age(sized, 30*time.Minute)
+	stray := write(Trees.Path(root, "tree-file"), 10) // not a folder: not an entry
+
+	report, err := Prune(context.Background(), root, 1300, now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := func(path string) bool { _, err := os.Stat(path); return os.IsNotExist(err) }
+	if !gone(part) || !gone(old) || gone(young) || gone(sized) || gone(stray) {
+		t.Errorf("part gone %v, old tree gone %v, young tree gone %v, sized tree gone %v, stray file gone %v: want the part and the old tree pruned",
+			gone(part), gone(old), gone(young), gone(sized), gone(stray))
+	}
+	if report.Before != 2400 || report.After != 1300 || len(report.Removed) != 2 {
+		t.Errorf("report: before %d after %d, %d removed", report.Before, report.After, len(report.Removed))
+	}
+}

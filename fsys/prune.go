@@ -160,12 +160,37 @@ func (c Cache) entries(root string) ([]Entry, error) {
 			continue
 		}
 		info, err := os.Lstat(filepath.Join(dir, name))
-		if err != nil || info.IsDir() {
+		if err != nil || info.IsDir() != c.folders() {
 			continue // gone meanwhile, or not ours
+		}
+		if info.IsDir() {
+			// a kept folder is made whole and renamed into place when used: its own time says when
+			size, err := folderSize(filepath.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: size, Used: info.ModTime()})
+			continue
 		}
 		out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: info.Size(), Used: info.ModTime()})
 	}
 	return out, nil
+}
+
+// FolderSizeFile is the file of a folder entry (Trees) that says how many bytes the folder holds,
+// in decimal, as the one who wrote the folder counted them: a run's end prunes without walking
+// every file of every kept tree.
+const FolderSizeFile = ".size"
+
+// folderSize is what the folder's FolderSizeFile says, else the bytes of its files.
+func folderSize(dir string) (int64, error) {
+	if data, err := ReadFile(filepath.Join(dir, FolderSizeFile), 64); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	size, _, err := treeSize(dir)
+	return size, err
 }
 
 // treeSize is the bytes of the files under dir and the newest modification time there (npm

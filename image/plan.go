@@ -36,6 +36,9 @@ type PlanOptions struct {
 	// Bases are the resolved bases by reference (see Bases). A base missing here, or with an
 	// error, leaves the tags of the images on it unresolved.
 	Bases map[string]*Base
+	// Compression is how the layers toa-push makes are compressed: a dependencies image of zstd
+	// layers is another image than one of gzip layers, under another tag. "" is gzip.
+	Compression layer.Compression
 }
 
 // Plan is every image a push of the application makes. It is made whole by NewPlan and cannot be
@@ -268,7 +271,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 		return err
 	}
 	img.Platforms = platforms
-	hash, err := depsHash(app, img, base, opts.Toolchain)
+	hash, err := depsHash(app, img, base, opts.Toolchain, opts.Compression)
 	if err != nil {
 		return err
 	}
@@ -298,7 +301,7 @@ func imageVersion(components []*toa.Component, depsVersion string) string {
 
 // depsHash covers everything the install reads: Toa 289's inputs with the base's name replaced by
 // the digests of the platforms built, and the runner's node and npm versions.
-func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchain) (string, error) {
+func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchain, compression layer.Compression) (string, error) {
 	h := sha256.New()
 	// the base's name held no place here but its own: its digests (Pairs) are the input, so that
 	// a retag or a mirror of the same base keeps the tags; the empty field keeps every tag of a
@@ -309,6 +312,11 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 	inputs = append(inputs, app.Registry.Build.Arguments...)
 	inputs = append(inputs, "node "+tools.Node, "npm "+tools.Npm)
 	inputs = append(inputs, base.formatInput()...)
+	// nothing for gzip, so that its tags are those toa-push always gave; zstd layers are other
+	// blobs, and a push with --compression zstd must not take the gzip image for its own
+	if compression != "" && compression != layer.Gzip {
+		inputs = append(inputs, "layers compressed with "+string(compression))
+	}
 	for _, in := range inputs {
 		io.WriteString(h, in)
 		h.Write([]byte{0})

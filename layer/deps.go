@@ -133,15 +133,20 @@ func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*d
 func (d *depsInputs) job(c *toa.Component, in *install) job {
 	key := newKey("dependencies")
 	key.field("label", c.Locator.Label)
-	key.field("package.json", string(d.pkgData))
-	key.field(filepath.Base(d.lockPath), string(d.lockData))
+	key.content("package.json", string(d.pkgData))
+	key.content(filepath.Base(d.lockPath), string(d.lockData))
 	for _, l := range d.locals {
 		key.field("local "+l, hashLocal(l))
 	}
 	// the component's own path under the staging root, so that relative `file:` paths find
 	// their mirrors there
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
+	var tree *treeSpec
+	if d.lockPath != "" && installableOver(d.lockData) {
+		tree = &treeSpec{lockData: d.lockData}
+	}
 	return job{
+		tree:      tree,
 		kind:      "deps",
 		what:      "the dependencies of " + c.Locator.ID,
 		key:       key,

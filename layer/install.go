@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
@@ -47,6 +48,9 @@ type job struct {
 	// parts, when set, lay the staging folder out as several layers instead of fill's one
 	// (DependencyLayers); a split key names them.
 	parts func(staging string) ([]part, error)
+	// tree, when set, lets a changed lockfile be installed over the tree the install before it
+	// kept (tree.go); nil for installs always made anew.
+	tree *treeSpec
 }
 
 // run runs the job: from the cache when its key is there, else npm in a staging folder, the
@@ -88,7 +92,11 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 		return nil, err
 	}
 	args = append(args, in.args(o, j.npmrc)...)
-	out, err := o.runNpm(ctx, dir, args...)
+	treeKey := j.key.withoutContent()
+	changed, out, reused := o.installOverKept(ctx, j, treeKey, staging, dir, args)
+	if !reused {
+		out, err = o.runNpm(ctx, dir, args...)
+	}
 	if w := warnings(out); len(w) > 0 {
 		o.warn(fmt.Sprintf("npm for %s on %s:\n  %s", j.what, in.platform, strings.Join(w, "\n  ")))
 	}
@@ -108,11 +116,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	}
 	ranInBase := false
 	if inBase {
-		var binds []sandbox.Bind
-		if j.installBinds != nil {
-			binds = j.installBinds(staging)
-		}
-		if ranInBase, err = o.rebuildInBase(ctx, in, j.what, j.npmrc, j.modules(staging), j.installDir(staging), j.target, binds...); err != nil {
+		if ranInBase, err = o.scriptsInBase(ctx, in, j, staging, changed, reused); err != nil {
 			return nil, err
 		}
 	}
@@ -138,6 +142,48 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 		if err := o.keepAll(j.kind, k, layers); err != nil {
 			return nil, fmt.Errorf("keep the layer of %s in the cache %s: %w", j.what, o.layersDir(), err)
 		}
+		o.keepTreeOf(j, treeKey, staging)
 	}
 	return asLayers(layers), nil
+}
+
+// installOverKept installs a changed lockfile over the tree the job's last install kept, when
+// there is one (tree.go). reused is false when there is none, or when npm's result over it is
+// not what npm ci would make: modules is then absent, for npm ci.
+func (o *options) installOverKept(ctx context.Context, j job, treeKey, staging, dir string, args []string) (changed map[string]bool, out string, reused bool) {
+	if !keepsTrees || j.tree == nil || !j.cacheable || len(args) == 0 || args[0] != "ci" {
+		return nil, "", false
+	}
+	kept := o.takeTree(treeKey, staging, j.modules(staging))
+	if kept == nil {
+		return nil, "", false
+	}
+	return o.installOver(ctx, kept, j.tree, dir, j.modules(staging), args)
+}
+
+// scriptsInBase runs in the base the install scripts npm skipped: every package's for a tree
+// installed anew, only those of the packages npm added or changed over a kept tree, whose other
+// packages' scripts ran in the same base when it was installed.
+func (o *options) scriptsInBase(ctx context.Context, in *install, j job, staging string, changed map[string]bool, reused bool) (bool, error) {
+	modules := j.modules(staging)
+	var binds []sandbox.Bind
+	if j.installBinds != nil {
+		binds = j.installBinds(staging)
+	}
+	ran, err := o.rebuildInBase(ctx, in, j.what, j.npmrc, modules, j.installDir(staging), j.target, onlyPaths(changed), binds...)
+	if err != nil || ran || !reused {
+		return ran, err
+	}
+	return scriptsRanBefore(modules, changed)
+}
+
+// keepTreeOf keeps the job's installed tree for the next change of its lockfile. A tree that
+// cannot be kept costs the next install its speed, not its result: it is only said.
+func (o *options) keepTreeOf(j job, treeKey, staging string) {
+	if !keepsTrees || j.tree == nil {
+		return
+	}
+	if err := o.keepTree(treeKey, staging, j.modules(staging)); err != nil {
+		o.warn(fmt.Sprintf("keep the node_modules of %s in the cache %s for the next install: %v", j.what, fsys.Trees.Dir(o.cacheRoot), err))
+	}
 }

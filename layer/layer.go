@@ -403,6 +403,8 @@ func recordCache(kind string) fsys.Cache {
 		return fsys.DepsLayers
 	case "global":
 		return fsys.GlobalLayers
+	case partsKind:
+		return fsys.PartLayers
 	}
 	return fsys.FileLayers
 }

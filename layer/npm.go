@@ -296,21 +296,32 @@ var (
 )
 
 // keyHash is a sha256 of named fields, each length-prefixed so that no two lists of fields
-// hash alike.
-type keyHash struct{ h hash.Hash }
+// hash alike. rest hashes the same fields but the content ones (the package.json and the
+// lockfile): the key of the install's kept tree (incremental installs).
+type keyHash struct{ h, rest hash.Hash }
 
 func newKey(kind string) *keyHash {
-	k := &keyHash{h: sha256.New()}
+	k := &keyHash{h: sha256.New(), rest: sha256.New()}
 	// 2: hard links are written as links; a layer kept under a key of 1 holds their files twice
 	k.field("toa-deploy layer", kind+" 2")
 	return k
 }
 
 func (k *keyHash) field(name, value string) {
+	k.content(name, value)
+	fmt.Fprintf(k.rest, "%s %d\n%s\n", name, len(value), value)
+}
+
+// content is a field of the key that the kept tree's key leaves out: a changed lockfile is
+// installed over the tree of the one before.
+func (k *keyHash) content(name, value string) {
 	fmt.Fprintf(k.h, "%s %d\n%s\n", name, len(value), value)
 }
 
 func (k *keyHash) String() string { return hex.EncodeToString(k.h.Sum(nil)) }
+
+// withoutContent is the key of every field but the content ones.
+func (k *keyHash) withoutContent() string { return "tree-" + hex.EncodeToString(k.rest.Sum(nil)) }
 
 // runNpm runs npm in dir and returns what it wrote (its last 256 KiB).
 func (o *options) runNpm(ctx context.Context, dir string, args ...string) (string, error) {

@@ -141,8 +141,11 @@ func describe(pkgs []scriptPackage) string {
 // It reports whether the scripts ran: not when there are none, when npm's configuration turns
 // them off, or when the base has no shell and npm to run them (a warning names the packages
 // then, and native code is refused as without a base).
-func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, installBinds ...sandbox.Bind) (bool, error) {
+//
+// only, when set, keeps the packages (by install path under modules) whose scripts run.
+func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, only func(rel string) bool, installBinds ...sandbox.Bind) (bool, error) {
 	pkgs, err := findScripts(modules)
+	pkgs = onlyThese(pkgs, only)
 	if err != nil || len(pkgs) == 0 {
 		return false, err
 	}

@@ -320,11 +320,35 @@ func (o *options) writeJob(staging string, j job) ([]*fileLayer, error) {
 // writePart writes one part of a split. Its tar stream is hashed first, without compressing:
 // a part whose stream the cache already has compressed (a bucket a bump did not touch) is taken
 // from there, so that a bump compresses only the layers that changed.
+//
+// Before that, a part is looked up by the stats of its files (partStatKey): a bucket of a tree
+// installed over (tree.go) whose files npm did not touch has the key it had when its layer was
+// written, and is neither read nor hashed again.
 func (o *options) writePart(p part) (*fileLayer, error) {
 	mtime, err := o.mtime()
 	if err != nil {
 		return nil, err
 	}
+	statKey, err := partStatKey(p, mtime)
+	if err == nil {
+		if l := o.lookup(partsKind, statKey); l != nil {
+			return l, nil
+		}
+	}
+	l, err := o.writePartStream(p, mtime)
+	if err != nil {
+		return nil, err
+	}
+	if statKey != "" {
+		if err := o.keep(partsKind, statKey, l); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// writePartStream is writePart by the digest of the part's tar stream.
+func (o *options) writePartStream(p part, mtime time.Time) (*fileLayer, error) {
 	diffID, err := diffIDOf(mtime, p.fill)
 	if err != nil {
 		return nil, err
@@ -341,6 +365,38 @@ func (o *options) writePart(p part) (*fileLayer, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// partStatKey is a key of the part by the stats of its files: the part's names, the time of
+// its entries, and each file's path, mode, size, link count, link target, modification and change
+// times and inode (treeDigest's, which a file written since cannot keep). "" with an error when
+// the system gives no change times.
+func partStatKey(p part, mtime time.Time) (string, error) {
+	k := newKey("split part by stats")
+	k.field("rule", splitVersion)
+	k.field("dst", p.dst)
+	k.field("mtime", mtime.String())
+	for _, e := range p.entries {
+		src := filepath.Join(p.modules, filepath.FromSlash(e))
+		info, err := os.Lstat(src)
+		if err != nil {
+			return "", err
+		}
+		stamp, ok := changeStamp(info)
+		if !ok {
+			return "", errors.New("no change times on this system")
+		}
+		k.field("entry "+e, fmt.Sprintf("%o %d %d %s", info.Mode(), info.Size(), info.ModTime().UnixNano(), stamp))
+		if !info.IsDir() {
+			continue
+		}
+		digest, _, err := treeDigest(src)
+		if err != nil {
+			return "", err
+		}
+		k.field("tree", digest)
+	}
+	return "stat-" + k.String(), nil
 }
 
 // partsKind is the cache's folder of split layers by the digest of their tar stream.

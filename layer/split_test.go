@@ -223,3 +223,66 @@ func TestDependencyLayersOfABump(t *testing.T) {
 		t.Error("the first layer has no hidden lockfile")
 	}
 }
+
+// A part whose files did not change is taken from the cache by their stats, without reading
+// them; a file written since, even to the same size and modification time, changes its change
+// time, and the part is read and written again, with the new bytes.
+func TestSplitPartsByStats(t *testing.T) {
+	dir := modulesTree(t, t.TempDir(), "2.1.2")
+	parts, err := splitModules(dir, "composition/shop-orders/node_modules", 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := newOptions([]Option{WithCacheDir(t.TempDir())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func() []v1.Layer {
+		t.Helper()
+		var layers []v1.Layer
+		for _, p := range parts {
+			l, err := o.writePart(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers = append(layers, l)
+		}
+		return layers
+	}
+	first := digests(t, write())
+	mtime, err := o.mtime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		key, err := partStatKey(p, mtime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.lookup(partsKind, key) == nil {
+			t.Errorf("%s is not kept by its stats", p.what)
+		}
+	}
+	if again := digests(t, write()); fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Errorf("the same files gave other layers:\n%v\n%v", first, again)
+	}
+	ms := filepath.Join(dir, "ms", "index.js")
+	info, err := os.Stat(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ms, []byte("module.exports = () => 'X.X.X'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(ms, info.ModTime(), info.ModTime())
+	after := digests(t, write())
+	changed := 0
+	for i := range after {
+		if after[i] != first[i] {
+			changed++
+		}
+	}
+	if changed != 1 {
+		t.Errorf("%d layers changed with ms's index.js, want its bucket's", changed)
+	}
+}

@@ -70,7 +70,8 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	if err != nil {
 		return nil, err
 	}
-	spec := image.PlanOptions{Mono: o.mono, Toolchain: tools, Services: serviceImages(manifest.ServiceImages(app, deps, o.mono))}
+	spec := image.PlanOptions{Mono: o.mono, Toolchain: tools, Services: serviceImages(manifest.ServiceImages(app, deps, o.mono)),
+		Compression: o.compression}
 	if spec.Bases, err = resolveBases(ctx, app, spec, o); err != nil {
 		return nil, err
 	}
