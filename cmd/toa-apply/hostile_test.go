@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -151,19 +150,8 @@ type onCluster struct {
 
 func newOnCluster(t *testing.T) *onCluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
-	kubeconfig := harness.Kubeconfig(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := cluster.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &onCluster{kubeconfig: kubeconfig, ns: harness.Namespace(t, kubeconfig), cs: k.Typed, k: k}
+	cp := harness.OnControlPlane(t)
+	return &onCluster{kubeconfig: cp.Kubeconfig, ns: cp.Namespace, cs: cp.Client.Typed, k: cp.Client}
 }
 
 func (c *onCluster) run(t *testing.T, args ...string) ran {
