@@ -80,8 +80,24 @@ func init() {
 
 func toaApply(t *testing.T, args ...string) ran {
 	t.Helper()
+	return launch(t, []string{binary(t)}, args...)
+}
+
+// memoryCap is the address space toaApplyCapped gives toa-apply (prlimit --as): a run that reads
+// what it should not fails inside it instead of taking the machine's memory.
+const memoryCap = 3 << 30
+
+// toaApplyCapped is toaApply under memoryCap.
+func toaApplyCapped(t *testing.T, args ...string) ran {
+	t.Helper()
+	return launch(t, []string{"prlimit", fmt.Sprintf("--as=%d", memoryCap), "--", binary(t)}, args...)
+}
+
+// launch runs the command (toa-apply, or what runs it) with args through the launcher.
+func launch(t *testing.T, command []string, args ...string) ran {
+	t.Helper()
 	peakFile := filepath.Join(t.TempDir(), "peak")
-	cmd := exec.Command(os.Args[0], append([]string{binary(t)}, args...)...)
+	cmd := exec.Command(os.Args[0], append(command, args...)...)
 	cmd.Env = append(os.Environ(), "CI=true", launchEnv+"="+peakFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
