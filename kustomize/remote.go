@@ -137,20 +137,23 @@ func (r *remoteFiles) fetchResources(path string, data []byte) ([]byte, error) {
 		if entry.Kind != yaml.ScalarNode || !isRemoteFile(entry.Value) || isGitRepository(entry.Value) {
 			continue
 		}
-		body, err := r.fetch(entry.Value)
-		if err != nil {
-			r.mu.Lock()
-			if r.err == nil {
-				r.err = err
-			}
-			r.mu.Unlock()
-			return nil, err
-		}
 		sum := sha256.Sum256([]byte(entry.Value))
 		name := ".toa-remote-" + hex.EncodeToString(sum[:6]) + ".yaml"
-		r.mu.Lock()
-		r.fetched[filepath.Join(filepath.Dir(filepath.Clean(path)), name)] = body
-		r.mu.Unlock()
+		file := filepath.Join(filepath.Dir(filepath.Clean(path)), name)
+		if _, ok := r.body(file); !ok { // kustomize may read a kustomization more than once
+			body, err := r.fetch(entry.Value)
+			if err != nil {
+				r.mu.Lock()
+				if r.err == nil {
+					r.err = err
+				}
+				r.mu.Unlock()
+				return nil, err
+			}
+			r.mu.Lock()
+			r.fetched[file] = body
+			r.mu.Unlock()
+		}
 		entry.Value, entry.Style = name, 0
 		changed = true
 	}

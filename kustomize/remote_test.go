@@ -69,8 +69,10 @@ func TestRemoteResources(t *testing.T) {
 			transport := &countingTransport{}
 			objects, err := Render(context.Background(), OnDisk(), dir, WithHTTPClient(&http.Client{Transport: transport,
 				CheckRedirect: RemoteClient().CheckRedirect}))
-			if transport.n.Load() == 0 {
+			if n := transport.n.Load(); n == 0 {
 				t.Errorf("the client passed in made no request")
+			} else if tc.resource == "/objects.yaml" && n != 1 {
+				t.Errorf("the resource was fetched %d times", n)
 			}
 			if http.DefaultTransport != before {
 				t.Errorf("http.DefaultTransport was changed")
