@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/keychain"
 )
 
 // Scheme opens an artifact's reference on toa-apply's command line, as Flux writes it.
@@ -41,12 +42,12 @@ type Limits struct {
 var DefaultLimits = Limits{Manifest: 4 << 20, Layer: 64 << 20, Unpacked: 256 << 20, Files: 10000}
 
 // Registry is how the registry is reached: Docker's credentials and credential helpers
-// (authn.DefaultKeychain, as toa-push), plain HTTP only on loopback or with Insecure, a private
+// (keychain.Default, as toa-push), plain HTTP only on loopback or with Insecure, a private
 // CA from CAFile.
 type Registry struct {
 	Insecure bool
 	CAFile   string
-	Keychain authn.Keychain // authn.DefaultKeychain when nil
+	Keychain authn.Keychain // keychain.Default (Docker's, its file checked first) when nil
 	// Transport replaces the connection to the registry, for tests; nil is http's, shaped by
 	// Insecure and CAFile.
 	Transport http.RoundTripper
@@ -69,9 +70,9 @@ func (r Registry) ParseReference(s string) (name.Reference, error) {
 }
 
 func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
-	keychain := r.Keychain
-	if keychain == nil {
-		keychain = authn.DefaultKeychain
+	kc := r.Keychain
+	if kc == nil {
+		kc = keychain.Default
 	}
 	transport := r.Transport
 	if transport == nil {
@@ -81,7 +82,7 @@ func (r Registry) options(ctx context.Context) ([]remote.Option, error) {
 		}
 		transport = t
 	}
-	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(keychain), remote.WithTransport(transport),
+	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(transport),
 		remote.WithUserAgent("toa-apply")}, nil
 }
 
@@ -212,6 +213,8 @@ func sha256Hex(b []byte) string {
 func registryError(ref name.Reference, err error, what string) error {
 	msg := fmt.Sprintf("%s %s: %v", what, ref, err)
 	switch {
+	case fault.IsInput(err): // the credentials file refused (keychain.CheckConfig): the user's to mend
+		return fmt.Errorf("%s %s: %w", what, ref, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return fault.TimedOut(errors.New(msg))
 	case strings.Contains(err.Error(), "UNAUTHORIZED"), strings.Contains(err.Error(), "DENIED"):

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -118,4 +120,74 @@ func (l *Layout) checkLayer(file string, d v1.Descriptor) error {
 			Hint: "write the layout again with toa-push --oci-layout, and carry it whole"}
 	}
 	return nil
+}
+
+// layoutNames are the entries of an OCI image layout's folder (image-spec's image-layout.md).
+var layoutNames = map[string]bool{"oci-layout": true, "index.json": true, "blobs": true}
+
+// CheckLayoutDir refuses, as a *fault.Input that names what it holds, a folder toa-push should
+// not write an OCI layout into: one that holds files and is no layout (no oci-layout file), or a
+// layout that holds more than oci-layout, index.json, blobs/ and the entries named in also (the
+// kustomization folder written beside the images), besides what toa-push leaves while writing
+// (fsys.PartialPrefix files, a folder's ".NAME.new-" while it is replaced). A missing or empty
+// folder is fine (OpenLayout makes the layout), and so is an existing layout: toa-push adds to it.
+func CheckLayoutDir(dir string, also ...string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return nil // missing, or made by OpenLayout, which says why it cannot be
+	}
+	hint := "give --oci-layout a folder of its own (a missing or empty one), or an OCI layout toa-push wrote"
+	allowed := func(name string) bool {
+		if layoutNames[name] || strings.HasPrefix(name, fsys.PartialPrefix) {
+			return true
+		}
+		for _, a := range also {
+			if name == a || strings.HasPrefix(name, "."+a+".new-") {
+				return true
+			}
+		}
+		return false
+	}
+	var foreign []string
+	isLayout := false
+	for _, e := range entries {
+		if e.Name() == "oci-layout" {
+			isLayout = true
+		}
+		if !allowed(e.Name()) {
+			foreign = append(foreign, e.Name())
+		}
+	}
+	if !isLayout {
+		return &fault.Input{File: dir, Hint: hint, Message: "is neither empty nor an OCI image layout: it has no oci-layout file, and holds " + someNames(entries)}
+	}
+	if len(foreign) > 0 {
+		return &fault.Input{File: dir, Hint: hint + "; or move what it holds besides the layout elsewhere",
+			Message: "is an OCI image layout that holds files toa-push does not write there: " + someOf(foreign)}
+	}
+	if info, err := os.Stat(filepath.Join(dir, "blobs")); err == nil && !info.IsDir() {
+		what := fsys.Kind(info)
+		if info.Mode().IsRegular() {
+			what = "a file"
+		}
+		return &fault.Input{File: filepath.Join(dir, "blobs"), Hint: hint, Message: "is " + what + ", not the layout's folder of blobs"}
+	}
+	return nil
+}
+
+func someNames(entries []os.DirEntry) string {
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return someOf(names)
+}
+
+// someOf lists the first names, sorted, and how many more there are.
+func someOf(names []string) string {
+	sort.Strings(names)
+	if len(names) <= 3 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:3], ", "), len(names)-3)
 }

@@ -24,29 +24,42 @@ import (
 // Render renders the kustomization in dir of fs, as `kubectl kustomize dir` does, and returns
 // its objects in the order they are applied (see Sort). fs is OnDisk() for a user's folder and
 // filesys.MakeFsInMemory() in tests. A kustomization kustomize refuses is a *fault.Input: the
-// user's input. Rendering ends when ctx does (a *fault.Timeout): kustomize takes no context, and
-// an overlay may name a remote resource, which it fetches with no bound of its own (its body is
-// bounded here: boundRemote).
-func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstructured.Unstructured, error) {
+// user's input. Rendering ends when ctx does (a *fault.Timeout): kustomize takes no context. The
+// remote resources an overlay names are fetched with a client of this render's (remoteFiles,
+// WithHTTPClient), bounded to MaxRemoteSize, within ctx.
+func Render(ctx context.Context, fs filesys.FileSystem, dir string, opts ...Option) ([]*unstructured.Unstructured, error) {
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.client == nil {
+		o.client = RemoteClient()
+	}
 	type rendered struct {
 		m   resmap.ResMap
 		err error
 	}
-	boundRemote()
+	remote := newRemoteFiles(ctx, fs, o.client)
 	done := make(chan rendered, 1)
 	go func() { // left behind when ctx ends first: the command exits with the timeout
-		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(remote, dir)
 		done <- rendered{m, err}
 	}()
 	var m resmap.ResMap
 	select {
 	case r := <-done:
+		if ctx.Err() != nil && r.err != nil { // a fetch the context ended
+			return nil, timedOut(ctx, dir)
+		}
+		if err := remote.failed(); err != nil {
+			return nil, &fault.Input{File: dir, Message: err.Error()}
+		}
 		if r.err != nil { // kustomize keeps only the words of the errors it wraps, OnDisk's too
 			return nil, &fault.Input{File: dir, Message: "kustomize: " + r.err.Error()}
 		}
 		m = r.m
 	case <-ctx.Done():
-		return nil, fault.TimedOut(fmt.Errorf("render %s: kustomize did not finish (%w): does it name a remote resource (a URL, a git repository) that does not answer?", dir, context.Cause(ctx)))
+		return nil, timedOut(ctx, dir)
 	}
 	out := make([]*unstructured.Unstructured, 0, m.Size())
 	for _, r := range m.Resources() {
@@ -63,6 +76,10 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string) ([]*unstruct
 	}
 	Sort(out)
 	return out, nil
+}
+
+func timedOut(ctx context.Context, dir string) error {
+	return fault.TimedOut(fmt.Errorf("render %s: kustomize did not finish (%w): does it name a remote resource (a URL, a git repository) that does not answer?", dir, context.Cause(ctx)))
 }
 
 // YAML writes objects as one YAML stream, `---` between them, keys sorted as kubectl prints them.

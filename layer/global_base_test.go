@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // TestGlobalScriptsRunInBase: a global install of a package whose postinstall writes a marker,
@@ -13,7 +15,7 @@ import (
 // in the image, with the base's node, and no warning says a script was skipped.
 func TestGlobalScriptsRunInBase(t *testing.T) {
 	npmTest(t)
-	base := debianBase(t, "arm64")
+	base := debianbase.Image(t, "arm64")
 	src, err := filepath.Abs(filepath.Join("testdata", "packages", "marker"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,53 +6,19 @@ import (
 	"debug/elf"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
 func TestMain(m *testing.M) {
 	sandbox.Init()
 	os.Exit(m.Run())
-}
-
-// debianBase is the base testdata/bases/build.sh made for arch (Debian's node 18, npm 10,
-// python3, g++), as an image of one layer.
-func debianBase(t *testing.T, arch string) v1.Image {
-	t.Helper()
-	cache := os.Getenv("TOA_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "toa-deploy")
-	}
-	file := filepath.Join(cache, "bases", "debian-"+arch+".tar")
-	if _, err := os.Stat(file); err != nil {
-		t.Skipf("no Debian base for %s: run bash testdata/qemu/install.sh (make setup does)", arch)
-	}
-	l, err := tarball.LayerFromFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := img.ConfigFile()
-	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = arch, "linux"
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "NODE_VERSION=18.20.4"}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // layerFiles reads a layer's regular files.
@@ -94,7 +60,7 @@ func TestScriptsRunInBase(t *testing.T) {
 		{"amd64", elf.EM_X86_64, "linux/x64 v18."},
 	} {
 		t.Run(c.arch, func(t *testing.T) {
-			base := debianBase(t, c.arch)
+			base := debianbase.Image(t, c.arch)
 			t.Setenv("TOA_SIGN_KEY", "secret-key")
 			t.Setenv("COSIGN_PASSWORD", "secret-password")
 			t.Setenv("KUBECONFIG", "/secret/kubeconfig")

@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/sandbox"
+
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // copyLines change the base in every way a layer records: a file added, a file removed, a
@@ -39,7 +41,7 @@ var copyLines = []string{
 // layers are the same bytes, the way that ran is said, and umoci applies the layer's whiteouts and
 // opaque folder over a base that has the files.
 func TestRunWithoutOverlay(t *testing.T) {
-	base := debianBase(t, "amd64")
+	base := debianbase.Image(t, "amd64")
 	p := Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"}
 	cache := t.TempDir()
 	run := func(noOverlay bool) (v1.Layer, string) {

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 func TestSplitLines(t *testing.T) {
@@ -23,7 +24,7 @@ func TestSplitLines(t *testing.T) {
 // TestRunInBase runs build.run lines in the Debian base: one layer with the file a line wrote and
 // the whiteout of the base file another removed, with the argument in the lines' environment.
 func TestRunInBase(t *testing.T) {
-	base := debianBase(t, "amd64")
+	base := debianbase.Image(t, "amd64")
 	t.Setenv("TOA_TEST_ARGUMENT", "from-the-runner")
 	t.Setenv("TOA_SIGN_KEY", "secret-key")
 	start := time.Now()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/toa"
+
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // A bump installed over the kept tree of the lockfile before gives the layers a fresh install of
@@ -217,7 +219,7 @@ func TestIncrementalBumpInTheBase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs npm under QEMU in the base")
 	}
-	base := debianBase(t, "arm64")
+	base := debianbase.Image(t, "arm64")
 	root := t.TempDir()
 	install := func(name string) []string {
 		t.Helper()

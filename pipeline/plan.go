@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -289,11 +291,20 @@ func checkOutputs(o *options) error {
 	if o.ociLayout == "" {
 		return nil
 	}
+	var beside []string // the kustomization's folder, where it is written inside the layout's
+	layout, errL := filepath.Abs(o.ociLayout)
+	k, errK := filepath.Abs(o.kustomizationDir())
+	if rel, err := filepath.Rel(layout, k); errL == nil && errK == nil && err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+		beside = append(beside, strings.Split(rel, string(filepath.Separator))[0])
+	}
+	if err := image.CheckLayoutDir(o.ociLayout, beside...); err != nil {
+		return err
+	}
 	if entries, err := os.ReadDir(o.ociLayout); err != nil || len(entries) == 0 {
 		return nil // made by OpenLayout, which says why it cannot be
 	}
 	if _, err := image.ReadLayout(o.ociLayout); err != nil {
-		return &fault.Input{File: o.ociLayout, Message: "is neither empty nor an OCI image layout: " + err.Error(), Err: err,
+		return &fault.Input{File: o.ociLayout, Message: "is an OCI image layout toa-push cannot read: " + err.Error(), Err: err,
 			Hint: "give --oci-layout a folder of its own, or an OCI layout toa-push wrote"}
 	}
 	return nil

@@ -41,6 +41,10 @@ func (c credentials) resolve(ctx context.Context, repo name.Repository) (found, 
 			repo.RegistryStr(), credentialSource(file, repo.RegistryStr()), err),
 			Hint: "install that credential helper on this machine, or remove the entry from the file and log in with `docker login " + repo.RegistryStr() + "`", Err: err}
 	}
+	var bad *fault.Input
+	if errors.As(err, &bad) { // the credentials file refused (keychain.CheckConfig): it names it
+		return found{}, err
+	}
 	if err != nil {
 		return found{}, fmt.Errorf("find the credentials of %s: %w", repo.RegistryStr(), err)
 	}

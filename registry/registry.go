@@ -29,6 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/keychain"
 )
 
 // Registries is how toa-push talks to registries in one run: credentials from Docker's config
@@ -122,7 +123,7 @@ func WithMemory(dir string) RegistryOption { return func(c *registryConfig) { c.
 
 // NewRegistries builds the registry access of one run.
 func NewRegistries(opts ...RegistryOption) (*Registries, error) {
-	cfg := &registryConfig{keychain: authn.DefaultKeychain, stall: DefaultStallTimeout, retries: DefaultRetries, backoff: time.Second}
+	cfg := &registryConfig{keychain: keychain.Default, stall: DefaultStallTimeout, retries: DefaultRetries, backoff: time.Second}
 	for _, o := range opts {
 		o(cfg)
 	}

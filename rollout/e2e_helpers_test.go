@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -33,23 +32,8 @@ type cluster struct {
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
-	kubeconfig := harness.Kubeconfig(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kube.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &cluster{kubeconfig: kubeconfig, cfg: cfg, k: k, cs: cs, ns: harness.Namespace(t, kubeconfig)}
+	cp := harness.OnControlPlane(t)
+	return &cluster{kubeconfig: cp.Kubeconfig, cfg: cp.Config, k: cp.Client, cs: cp.Client.Typed, ns: cp.Namespace}
 }
 
 func (c *cluster) opts() Options {

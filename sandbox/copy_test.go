@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // TestRunOnCopy runs a command in the arm64 base (under QEMU) as where the kernel refuses
@@ -14,7 +16,7 @@ import (
 // added and removed, and the notice saying which way it ran.
 func TestRunOnCopy(t *testing.T) {
 	t.Setenv(NoOverlayEnv, "1")
-	img := debianBase(t, "arm64")
+	img := debianbase.Image(t, "arm64")
 	cache := t.TempDir()
 	root, err := Unpack(t.Context(), img, cache)
 	if err != nil {

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 func TestMain(m *testing.M) {
@@ -20,39 +17,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// debianBase is the base testdata/bases/build.sh made for arch, as an image of one layer.
-func debianBase(t *testing.T, arch string) v1.Image {
-	t.Helper()
-	cache := os.Getenv("TOA_CACHE")
-	if cache == "" {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache", "toa-deploy")
-	}
-	file := filepath.Join(cache, "bases", "debian-"+arch+".tar")
-	if _, err := os.Stat(file); err != nil {
-		t.Skipf("no Debian base for %s: run bash testdata/qemu/install.sh (make setup does)", arch)
-	}
-	l, err := tarball.LayerFromFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := img.ConfigFile()
-	cfg = cfg.DeepCopy()
-	cfg.Architecture, cfg.OS = arch, "linux"
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
 func TestRunNodeInForeignBase(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
-			img := debianBase(t, arch)
+			img := debianbase.Image(t, arch)
 			cache := t.TempDir()
 			start := time.Now()
 			root, err := Unpack(t.Context(), img, cache)

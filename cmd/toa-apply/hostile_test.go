@@ -26,7 +26,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -81,8 +80,24 @@ func init() {
 
 func toaApply(t *testing.T, args ...string) ran {
 	t.Helper()
+	return launch(t, []string{binary(t)}, args...)
+}
+
+// memoryCap is the address space toaApplyCapped gives toa-apply (prlimit --as): a run that reads
+// what it should not fails inside it instead of taking the machine's memory.
+const memoryCap = 3 << 30
+
+// toaApplyCapped is toaApply under memoryCap.
+func toaApplyCapped(t *testing.T, args ...string) ran {
+	t.Helper()
+	return launch(t, []string{"prlimit", fmt.Sprintf("--as=%d", memoryCap), "--", binary(t)}, args...)
+}
+
+// launch runs the command (toa-apply, or what runs it) with args through the launcher.
+func launch(t *testing.T, command []string, args ...string) ran {
+	t.Helper()
 	peakFile := filepath.Join(t.TempDir(), "peak")
-	cmd := exec.Command(os.Args[0], append([]string{binary(t)}, args...)...)
+	cmd := exec.Command(os.Args[0], append(command, args...)...)
 	cmd.Env = append(os.Environ(), "CI=true", launchEnv+"="+peakFile)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -151,19 +166,8 @@ type onCluster struct {
 
 func newOnCluster(t *testing.T) *onCluster {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the local control plane")
-	}
-	kubeconfig := harness.Kubeconfig(t)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := cluster.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &onCluster{kubeconfig: kubeconfig, ns: harness.Namespace(t, kubeconfig), cs: k.Typed, k: k}
+	cp := harness.OnControlPlane(t)
+	return &onCluster{kubeconfig: cp.Kubeconfig, ns: cp.Namespace, cs: cp.Client.Typed, k: cp.Client}
 }
 
 func (c *onCluster) run(t *testing.T, args ...string) ran {

@@ -13,6 +13,11 @@ func TestAirGapFlagsRefused(t *testing.T) {
 	app, _ := filepath.Abs(filepath.Join("..", "..", "testdata", "apps", "airgap"))
 	notLayout := t.TempDir()
 	os.WriteFile(filepath.Join(notLayout, "notes.txt"), []byte("mine"), 0o644)
+	layoutAndMore := t.TempDir() // an OCI layout that holds the user's files too
+	os.MkdirAll(filepath.Join(layoutAndMore, "blobs", "sha256"), 0o755)
+	os.WriteFile(filepath.Join(layoutAndMore, "oci-layout"), []byte(`{"imageLayoutVersion": "1.0.0"}`), 0o644)
+	os.WriteFile(filepath.Join(layoutAndMore, "index.json"), []byte(`{"schemaVersion": 2, "manifests": []}`), 0o644)
+	os.WriteFile(filepath.Join(layoutAndMore, "notes.txt"), []byte("mine"), 0o644)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -23,7 +28,8 @@ func TestAirGapFlagsRefused(t *testing.T) {
 		{[]string{"--from-oci-layout", notLayout}, "is not an OCI image layout"},
 		{[]string{"--from-oci-layout", t.TempDir()}, "is not an OCI image layout"},
 		{[]string{"--path", app, "--plan", "--mirror", "ghcr.io"}, "mirror 'ghcr.io' is not FROM=TO"},
-		{[]string{"--path", app, "--plan", "--oci-layout", notLayout}, "is neither empty nor an OCI image layout"},
+		{[]string{"--path", app, "--plan", "--oci-layout", notLayout}, "is neither empty nor an OCI image layout: it has no oci-layout file, and holds notes.txt"},
+		{[]string{"--path", app, "--plan", "--oci-layout", layoutAndMore}, "is an OCI image layout that holds files toa-push does not write there: notes.txt"},
 		{[]string{"--path", app, "--oci-layout", notLayout, "-k", notLayout}, "--kustomization cannot be the --oci-layout folder itself"},
 	} {
 		code, stdout, stderr := run(t, t.TempDir(), c.args...)

@@ -54,6 +54,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 	"github.com/toa-deploy/toa-deploy/layer"
 )
 
@@ -175,18 +176,8 @@ func contentOf(t testing.TB, key string, build func(cache string) (*content, err
 	return c
 }
 
-// baseCacheDir is where built layers and fetched node binaries are kept.
-func baseCacheDir() string {
-	cache := os.Getenv("TOA_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			home = os.TempDir()
-		}
-		cache = filepath.Join(home, ".cache", "toa-deploy")
-	}
-	return filepath.Join(cache, "bases")
-}
+// baseCacheDir is where built layers and fetched node binaries are kept: beside the Debian bases.
+func baseCacheDir() string { return debianbase.Dir() }
 
 // layers writes one layer of each list of files, with the layer package, into cache.
 func layers(cache string, lists ...[]layer.File) ([]v1.Layer, error) {

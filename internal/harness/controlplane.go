@@ -21,10 +21,38 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
+
+	"github.com/toa-deploy/toa-deploy/cluster"
 )
+
+// ControlPlane is a test's view of the local control plane: the kubeconfig, its rest.Config,
+// the clients toa-apply builds of it once a run, and a namespace of the test's own.
+type ControlPlane struct {
+	Kubeconfig string
+	Config     *rest.Config
+	Client     *cluster.Client
+	Namespace  string
+}
+
+// OnControlPlane is the local control plane for t (Kubeconfig), with a namespace of its own
+// (Namespace); skipped under -short.
+func OnControlPlane(t testing.TB) *ControlPlane {
+	t.Helper()
+	kubeconfig := Kubeconfig(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatalf("read %s: %v", kubeconfig, err)
+	}
+	k, err := cluster.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ControlPlane{Kubeconfig: kubeconfig, Config: cfg, Client: k, Namespace: Namespace(t, kubeconfig)}
+}
 
 // Kubeconfig returns the path of a kubeconfig for the local control plane:
 // $TOA_TEST_KUBECONFIG if set, else the one up.sh writes,

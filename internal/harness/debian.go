@@ -13,13 +13,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
+
+	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // DebianBaseRef is where PushDebianBase pushes the Debian bases, under the registry's address.
 const DebianBaseRef = "bases/debian-node:18"
 
 // DebianNodeVersion is the Node of Debian bookworm's nodejs, in the Debian bases.
-const DebianNodeVersion = "18.20.4"
+const DebianNodeVersion = debianbase.NodeVersion
 
 // PushDebianBase pushes, as <addr>/bases/debian-node:18, an index of the bases
 // testdata/bases/build.sh makes from Debian's own packages for linux/amd64 and linux/arm64
@@ -30,7 +32,7 @@ func PushDebianBase(t testing.TB, addr string) string {
 	t.Helper()
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range []string{"amd64", "arm64"} {
-		file := filepath.Join(baseCacheDir(), "debian-"+arch+".tar")
+		file := debianbase.File(arch)
 		if _, err := os.Stat(file); err != nil {
 			t.Skipf("no Debian base for %s at %s: run bash testdata/qemu/install.sh (make setup does)", arch, file)
 		}

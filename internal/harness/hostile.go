@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -220,4 +222,37 @@ func baseConfig(node, diffID string) []byte {
 func sha256Of(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// HostileDockerConfig is a $DOCKER_CONFIG folder whose config.json no credentials file should
+// be: what a run given it must say (the file, what it is).
+type HostileDockerConfig struct {
+	Name  string
+	Dir   string   // for DOCKER_CONFIG
+	Words []string // what the refusal says
+}
+
+// HostileDockerConfigs are config.json as a named pipe (a read would wait for a writer), a link
+// to /dev/zero (a read would never end) and a 2 MiB file (over the 1 MiB bound).
+func HostileDockerConfigs(t testing.TB) []HostileDockerConfig {
+	t.Helper()
+	var out []HostileDockerConfig
+	for _, c := range []struct {
+		name, what string
+		make       func(file string) error
+	}{
+		{"a named pipe", "is a named pipe (FIFO), not a regular file", func(file string) error { return syscall.Mkfifo(file, 0o600) }},
+		{"a link to /dev/zero", "is a device, not a regular file", func(file string) error { return os.Symlink("/dev/zero", file) }},
+		{"2 MiB", "is 2.0 MiB, more than the 1 MiB a credentials file is read to", func(file string) error {
+			return os.WriteFile(file, append([]byte(`{"auths":{}}`), bytes.Repeat([]byte(" "), 2<<20-12)...), 0o600)
+		}},
+	} {
+		dir := t.TempDir()
+		file := filepath.Join(dir, "config.json")
+		if err := c.make(file); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, HostileDockerConfig{Name: c.name, Dir: dir, Words: []string{file, c.what, "DOCKER_CONFIG"}})
+	}
+	return out
 }

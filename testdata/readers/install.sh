@@ -8,33 +8,10 @@
 # Idempotent: a second run checks and returns.
 set -euo pipefail
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"
-  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-  else echo "install.sh: need root (or sudo) to run: $*" >&2; exit 1
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/apt.sh"
 
-packages=(skopeo umoci podman runc patch)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  # podman's package ships systemd units: keep the install from starting anything
-  policy_made=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    as_root sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d'
-    policy_made=1
-  fi
-  cleanup() { if [ -n "$policy_made" ]; then as_root rm -f /usr/sbin/policy-rc.d; fi; }
-  trap cleanup EXIT
-  export DEBIAN_FRONTEND=noninteractive
-  if ! as_root apt-get install -y --no-install-recommends "${missing[@]}"; then
-    as_root apt-get update
-    as_root apt-get install -y --no-install-recommends "${missing[@]}"
-  fi
-fi
+# podman's package ships systemd units: apt_ensure keeps the install from starting them
+apt_ensure skopeo umoci podman runc patch
 
 skopeo --version
 umoci --version
