@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -293,25 +294,23 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 			}
 		}
 	}
-	out := &depsImages{annotations: img.base.annotations("")}
-	for _, platform := range img.Platforms {
-		base, target, err := b.base(ctx, src, img, platform)
+	out := &depsImages{annotations: img.base.annotations(""), images: make([]v1.Image, len(img.Platforms)),
+		targets: make([]Target, len(img.Platforms))}
+	// the platforms are built at once (npm on the runner, the scripts in each base, under QEMU for
+	// a foreign CPU): the image takes the slowest platform's time, not the sum; each result has its
+	// platform's place, so the index is the same whichever finishes first
+	err = parallel(ctx, len(img.Platforms), platformJobs(len(img.Platforms)), func(work context.Context, i int) error {
+		d, target, err := b.platformDependencies(ctx, work, src, img, global, img.Platforms[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
-		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers, b.created)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Name, err)
-		}
-		if a := img.base.annotations(platform); a != nil {
-			d = mutate.Annotations(d, a).(v1.Image)
-		}
-		if d, err = withoutLayerTimes(d); err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Name, err)
-		}
-		out.images = append(out.images, d)
-		out.targets = append(out.targets, target)
+		out.images[i], out.targets[i] = d, target
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range out.images {
 		if n, err := layerCount(d); err == nil && n > out.layers {
 			out.layers = n
 		}
@@ -331,6 +330,35 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	}
 	pushed.DepsBuilt = true
 	return out, nil
+}
+
+// platformJobs is how many platforms of one dependencies image are built at once: each is mostly
+// one process (npm, or node under QEMU), so as many as the runner has CPUs, at least 2 (one
+// waits on the registry or the disk while the other computes).
+func platformJobs(platforms int) int {
+	return min(platforms, max(2, runtime.GOMAXPROCS(0)))
+}
+
+// platformDependencies builds one platform's dependencies image on its base. The base is read
+// with ctx, which outlives the build: the image reads the base's layers again when it is pushed;
+// the work (npm, the scripts in the base) runs with work, cancelled when another platform fails.
+func (b *builder) platformDependencies(ctx, work context.Context, src *registry.Registries, img *Image, global []string, platform string) (v1.Image, Target, error) {
+	base, target, err := b.base(ctx, src, img, platform)
+	if err != nil {
+		return nil, Target{}, err
+	}
+	b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
+	d, err := dependencyImage(work, base, img, global, target, b.opts.Layers, b.created)
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("%s: %w", img.Name, err)
+	}
+	if a := img.base.annotations(platform); a != nil {
+		d = mutate.Annotations(d, a).(v1.Image)
+	}
+	if d, err = withoutLayerTimes(d); err != nil {
+		return nil, Target{}, fmt.Errorf("%s: %w", img.Name, err)
+	}
+	return d, target, nil
 }
 
 func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
