@@ -299,15 +299,7 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	// the platforms are built at once (npm on the runner, the scripts in each base, under QEMU for
 	// a foreign CPU): the image takes the slowest platform's time, not the sum; each result has its
 	// platform's place, so the index is the same whichever finishes first
-	err = parallel(ctx, len(img.Platforms), platformJobs(len(img.Platforms)), func(work context.Context, i int) error {
-		d, target, err := b.platformDependencies(ctx, work, src, img, global, img.Platforms[i])
-		if err != nil {
-			return err
-		}
-		out.images[i], out.targets[i] = d, target
-		return nil
-	})
-	if err != nil {
+	if err := b.allPlatforms(ctx, src, img, global, out); err != nil {
 		return nil, err
 	}
 	for _, d := range out.images {
@@ -330,6 +322,45 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	}
 	pushed.DepsBuilt = true
 	return out, nil
+}
+
+// allPlatforms builds the dependencies image of each platform of img into out, at once. A
+// platform that fails cancels the work of the platforms listed after it and lets those before it
+// finish, so that the error returned is always the first listed platform's that failed of itself,
+// whichever finished first.
+func (b *builder) allPlatforms(ctx context.Context, src *registry.Registries, img *Image, global []string, out *depsImages) error {
+	n := len(img.Platforms)
+	works := make([]context.Context, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range works {
+		works[i], cancels[i] = context.WithCancel(ctx)
+		defer cancels[i]()
+	}
+	errs := make([]error, n)
+	var g errgroup.Group
+	g.SetLimit(platformJobs(n))
+	for i := range n {
+		g.Go(func() error {
+			if works[i].Err() != nil {
+				return nil // a platform before it failed
+			}
+			d, target, err := b.platformDependencies(ctx, works[i], src, img, global, img.Platforms[i])
+			out.images[i], out.targets[i], errs[i] = d, target, err
+			if err != nil {
+				for _, cancel := range cancels[i+1:] {
+					cancel()
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines return nil: errs holds what failed
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
 
 // platformJobs is how many platforms of one dependencies image are built at once: each is mostly

@@ -149,21 +149,35 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 			len(pkgs), what, in.platform, why, describe(pkgs)))
 		return true, nil
 	}
-	root, cfg, err := o.baseRoot(ctx)
-	if err != nil {
-		return false, err
+	// the base unpacks (cold: seconds) while the runner's npm says which scripts may run
+	unpackCtx, cancelUnpack := context.WithCancel(ctx)
+	defer cancelUnpack()
+	unpacked := make(chan unpackedBase, 1)
+	go func() {
+		root, cfg, err := o.baseRoot(unpackCtx)
+		unpacked <- unpackedBase{root, cfg, err}
+	}()
+	pkgs, err = o.allowedScripts(ctx, in, what, dir, pkgs)
+	if err != nil || len(pkgs) == 0 {
+		cancelUnpack()
+		<-unpacked
+		return err == nil, err // none allowed: each was named, nothing is left to run
+	}
+	base := <-unpacked
+	root, cfg := base.root, base.cfg
+	if base.err != nil {
+		return false, base.err
 	}
 	if !fileExists(filepath.Join(root, "bin", "sh")) || !hasNpm(root) {
 		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: its base has no /bin/sh and npm to run them in:\n    %s",
 			len(pkgs), what, in.platform, describe(pkgs)))
 		return false, nil
 	}
-	names := map[string]bool{}
-	for _, p := range pkgs {
-		names[p.Name] = true
+	args, binds, cleanup, err := o.scriptsCommand(root, modules, dir, target, pkgs)
+	if err != nil {
+		return false, err
 	}
-	args := []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
-	args = append(args, sortedKeys(names)...)
+	defer cleanup()
 	env := baseEnv(cfg, root)
 	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
 	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")
@@ -177,13 +191,53 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: []sandbox.Bind{{Source: dir, Target: target}, {Source: o.npmCache, Target: "/toa-npm-cache"}}})
+		Binds: append(binds, sandbox.Bind{Source: dir, Target: target}, sandbox.Bind{Source: o.npmCache, Target: "/toa-npm-cache"})})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
-		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
-			what, in.platform, exit.Code, describe(pkgs), indent(out.String()))
+		runner := "npm rebuild"
+		if args[0] != "npm" {
+			runner = "the base npm's @npmcli/run-script"
+		}
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: %s: exit status %d\n    %s\n%s",
+			what, in.platform, runner, exit.Code, describe(pkgs), indent(out.String()))
 	}
 	return err == nil, err
+}
+
+// scriptsCommand is what runs the packages' scripts in the base: runscript.js with the base's
+// node, through the base npm's own @npmcli/run-script, when the base's npm has it (bound in
+// read-only, with its plan); else `npm rebuild <packages>`. cleanup removes what it wrote.
+func (o *options) scriptsCommand(root, modules, dir, target string, pkgs []scriptPackage) (args []string, binds []sandbox.Bind, cleanup func(), err error) {
+	npmDir := ""
+	if !o.npmRebuild {
+		npmDir = baseRunScript(root)
+	}
+	if npmDir == "" {
+		names := map[string]bool{}
+		for _, p := range pkgs {
+			names[p.Name] = true
+		}
+		args = []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
+		return append(args, sortedKeys(names)...), nil, func() {}, nil
+	}
+	plan, err := planScripts(modules, pkgs)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("order the install scripts: %w", err)
+	}
+	plan.Npm, plan.Prefix, plan.Command = npmDir, target, "rebuild"
+	folder, err := writeScriptPlan(filepath.Dir(dir), plan)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("write the plan of the install scripts: %w", err)
+	}
+	args = []string{"node", path.Join(runScriptsDir, "run.js"), path.Join(runScriptsDir, "plan.json")}
+	binds = []sandbox.Bind{{Source: folder, Target: runScriptsDir, ReadOnly: true}}
+	return args, binds, func() { os.RemoveAll(folder) }, nil
+}
+
+type unpackedBase struct {
+	root string
+	cfg  *v1.ConfigFile
+	err  error
 }
 
 // hasNpm reports whether the base has npm where node images and distributions put it.
