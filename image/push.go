@@ -114,7 +114,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		}
 		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
-	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]string{}}
+	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]*libcLook{}}
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
 		return b.build(ctx, plan.images[i], result.Images[i])
@@ -190,7 +190,15 @@ type builder struct {
 	created v1.Time // of every config and history entry
 
 	mu   sync.Mutex
-	libc map[string]string // base digest → libc
+	libc map[string]*libcLook // base digest → its libc, looked for once
+}
+
+// libcLook is the look for one base's libc: each digest's once, different digests at once (each
+// reads its base's layers).
+type libcLook struct {
+	once sync.Once
+	libc string
+	err  error
 }
 
 func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
@@ -475,16 +483,23 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 		return b.opts.Libc, nil
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if l, ok := b.libc[digest]; ok {
-		return l, nil
+	look := b.libc[digest]
+	if look == nil {
+		look = &libcLook{}
+		b.libc[digest] = look
 	}
+	b.mu.Unlock()
+	look.once.Do(func() { look.libc, look.err = b.lookForLibc(base, digest) })
+	return look.libc, look.err
+}
+
+// lookForLibc reads the libc kept in the cache for the digest, or looks in the base's layers.
+func (b *builder) lookForLibc(base v1.Image, digest string) (string, error) {
 	cache := ""
 	if b.opts.CacheDir != "" {
 		cache = fsys.Libc.Path(b.opts.CacheDir, strings.ReplaceAll(digest, ":", "-"))
 		// a file that says neither (one an older toa-push wrote half) is looked again
 		if data, ok := fsys.Libc.Read(cache); ok && (string(data) == "glibc" || string(data) == "musl") {
-			b.libc[digest] = string(data)
 			return string(data), nil
 		}
 	}
@@ -492,7 +507,6 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b.libc[digest] = libc
 	if cache != "" {
 		_ = fsys.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
 	}
@@ -517,7 +531,7 @@ func findLibc(img v1.Image) (string, error) {
 }
 
 func holdsMusl(l v1.Layer) (bool, error) {
-	rc, err := l.Uncompressed()
+	rc, err := sandbox.OpenLayer(l) // decompressed faster than by l.Uncompressed
 	if err != nil {
 		return false, err
 	}
@@ -526,7 +540,7 @@ func holdsMusl(l v1.Layer) (bool, error) {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return false, registry.ReadWhole(rc)
+			return false, wholeLayer(rc)
 		}
 		if err != nil {
 			return false, err
@@ -534,9 +548,17 @@ func holdsMusl(l v1.Layer) (bool, error) {
 		if strings.HasPrefix(filepath.Base(h.Name), "ld-musl-") {
 			// believed only once the whole layer is read and its digest checked: a registry
 			// that served another layer under this digest must not decide the libc
-			return true, registry.ReadWhole(rc)
+			return true, wholeLayer(rc)
 		}
 	}
+}
+
+// wholeLayer reads the rest of a layer's stream, and closes it: its digest is checked then.
+func wholeLayer(rc io.ReadCloser) error {
+	if err := registry.ReadWhole(rc); err != nil {
+		return err
+	}
+	return rc.Close()
 }
 
 // globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.

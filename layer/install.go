@@ -82,6 +82,9 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if err != nil {
 		return nil, err
 	}
+	if inBase {
+		defer o.prefetchBase(ctx, dir)() // the base unpacks while npm installs
+	}
 	args = append(args, in.args(o, j.npmrc)...)
 	out, err := o.runNpm(ctx, dir, args...)
 	if w := warnings(out); len(w) > 0 {

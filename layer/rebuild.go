@@ -266,8 +266,57 @@ func (o *options) warnScriptsSkipped(in *install, what, modules string, global b
 	return nil
 }
 
-// baseRoot is the base unpacked in the cache, and its config.
+// installScriptLine is how a lockfile says a package has install scripts.
+var installScriptLine = regexp.MustCompile(`"hasInstallScript"\s*:\s*true`)
+
+// prefetchBase starts unpacking the base (cold: seconds) while the runner's npm installs, when
+// the install's lockfile in dir says a package has install scripts, so that they can start in
+// the base as soon as npm is done; baseRoot takes it. It returns what stops the unpacking when
+// nothing took it: a run that fails leaves no half-unpacked base.
+func (o *options) prefetchBase(ctx context.Context, dir string) (stop func()) {
+	lock := readOptional(filepath.Join(dir, "npm-shrinkwrap.json")) + readOptional(filepath.Join(dir, "package-lock.json"))
+	if !installScriptLine.MatchString(lock) {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	f := &baseFuture{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.root, f.cfg, f.err = o.unpackBase(ctx)
+	}()
+	o.prefetched = f
+	return func() {
+		cancel()
+		<-f.done
+		o.prefetched = nil
+	}
+}
+
+// baseFuture is a base being unpacked.
+type baseFuture struct {
+	done chan struct{}
+	root string
+	cfg  *v1.ConfigFile
+	err  error
+}
+
+// baseRoot is the base unpacked in the cache, and its config: what prefetchBase unpacked, or
+// unpacked now.
 func (o *options) baseRoot(ctx context.Context) (string, *v1.ConfigFile, error) {
+	if f := o.prefetched; f != nil {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		}
+		if f.err == nil || !errors.Is(f.err, context.Canceled) || ctx.Err() != nil {
+			return f.root, f.cfg, f.err
+		}
+	}
+	return o.unpackBase(ctx)
+}
+
+func (o *options) unpackBase(ctx context.Context) (string, *v1.ConfigFile, error) {
 	cfg, err := o.base.ConfigFile()
 	if err != nil {
 		return "", nil, fmt.Errorf("read the base's config: %w", err)

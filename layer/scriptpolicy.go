@@ -71,7 +71,12 @@ func (o *options) allowedScripts(ctx context.Context, in *install, what, dir str
 		return pkgs, nil
 	}
 	stagingRoot := o.stagingRootOf(dir)
-	policy, warnings, err := askScriptPolicy(ctx, npmRoot, o.npmCache, dir, stagingRoot, pkgs)
+	policy := scriptPolicy{}
+	var warnings string
+	var err error
+	if mentionsScriptPolicy(in, npmRoot, dir) {
+		policy, warnings, err = askScriptPolicy(ctx, npmRoot, o.npmCache, dir, stagingRoot, pkgs)
+	}
 	if warnings != "" {
 		o.warn(fmt.Sprintf("npm for %s on %s:\n  %s", what, in.platform, strings.ReplaceAll(strings.TrimSpace(warnings), "\n", "\n  ")))
 	}
@@ -104,14 +109,56 @@ func (o *options) allowedScripts(ctx context.Context, in *install, what, dir str
 			Hint:    "approve them with `npm install-scripts approve <package>`, deny them with `npm install-scripts deny <package>`, or set dangerously-allow-all-scripts"}
 	}
 	if len(unreviewed) > 0 { // npm's own advisory, which it prints when it runs them
-		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not covered by allowScripts (%s); npm runs them, and so they run for %s inside its base:\n    %s",
-			len(unreviewed), what, source, in.platform, describe(unreviewed)))
+		covered := "no allowScripts policy covers them"
+		if policy.Source != "" {
+			covered = "the allowScripts policy (" + policy.Source + ") does not cover them"
+		}
+		o.warn(fmt.Sprintf("the install scripts of %d packages of %s run for %s inside its base, as the runner's npm runs them, though %s (npm install-scripts approve|deny sets it):\n    %s",
+			len(unreviewed), what, in.platform, covered, describe(unreviewed)))
 	}
 	if len(denied) > 0 {
 		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: allowScripts (%s) denies them, as the runner's npm decides:\n    %s",
 			len(denied), what, in.platform, source, describe(denied)))
 	}
 	return allowed, nil
+}
+
+// policyWords are how npm's allowScripts settings are spelt in package.json, an .npmrc and the
+// environment (allowScripts, allow-scripts, strict-allow-scripts, dangerously-allow-all-scripts,
+// npm_config_allow_scripts...).
+var policyWords = []string{"allowscripts", "allow-scripts", "allow_scripts", "allow-all-scripts", "allow_all_scripts"}
+
+// mentionsScriptPolicy reports whether anything npm reads its allowScripts settings from mentions
+// one: the install's package.json and .npmrc, the user's, the global and npm's builtin npmrc, the
+// environment. When nothing does, npm's answer is known without asking it (no policy, nothing
+// strict: every package's scripts run, with its advisory), which saves starting npm.
+func mentionsScriptPolicy(in *install, npmRoot, dir string) bool {
+	files := []string{filepath.Join(dir, "package.json"), filepath.Join(dir, ".npmrc"), userConfig(),
+		filepath.Join(npmRoot, "npmrc")}
+	if in.runner != nil {
+		files = append(files, globalConfig(in.runner))
+	}
+	for _, f := range files {
+		if mentions(readOptional(f)) {
+			return true
+		}
+	}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); mentions(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func mentions(s string) bool {
+	s = strings.ToLower(s)
+	for _, w := range policyWords {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // stagingRootOf is the staging folder (deps.go's staging) that holds the install folder dir.

@@ -88,3 +88,32 @@ func copyDir(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// TestMentionsScriptPolicy: npm is asked only when its allowScripts settings are spelt somewhere
+// it reads them from.
+func TestMentionsScriptPolicy(t *testing.T) {
+	t.Setenv("npm_config_userconfig", filepath.Join(t.TempDir(), "none"))
+	for _, c := range []struct {
+		name, pkg, npmrc, env string
+		want                  bool
+	}{
+		{"nothing", `{"name":"x"}`, "", "", false},
+		{"package.json", `{"allowScripts":{"a":true}}`, "", "", true},
+		{".npmrc", `{}`, "strict-allow-scripts=true\n", "", true},
+		{"environment", `{}`, "", "npm_config_dangerously_allow_all_scripts", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mustWrite(t, filepath.Join(dir, "package.json"), c.pkg)
+			if c.npmrc != "" {
+				mustWrite(t, filepath.Join(dir, ".npmrc"), c.npmrc)
+			}
+			if c.env != "" {
+				t.Setenv(c.env, "true")
+			}
+			if got := mentionsScriptPolicy(&install{}, t.TempDir(), dir); got != c.want {
+				t.Errorf("= %v, want %v", got, c.want)
+			}
+		})
+	}
+}
