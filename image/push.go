@@ -531,7 +531,7 @@ func findLibc(img v1.Image) (string, error) {
 }
 
 func holdsMusl(l v1.Layer) (bool, error) {
-	rc, err := sandbox.OpenLayer(l) // decompressed faster than by l.Uncompressed
+	rc, err := l.Uncompressed()
 	if err != nil {
 		return false, err
 	}
@@ -540,7 +540,7 @@ func holdsMusl(l v1.Layer) (bool, error) {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return false, wholeLayer(rc)
+			return false, registry.ReadWhole(rc)
 		}
 		if err != nil {
 			return false, err
@@ -548,17 +548,9 @@ func holdsMusl(l v1.Layer) (bool, error) {
 		if strings.HasPrefix(filepath.Base(h.Name), "ld-musl-") {
 			// believed only once the whole layer is read and its digest checked: a registry
 			// that served another layer under this digest must not decide the libc
-			return true, wholeLayer(rc)
+			return true, registry.ReadWhole(rc)
 		}
 	}
-}
-
-// wholeLayer reads the rest of a layer's stream, and closes it: its digest is checked then.
-func wholeLayer(rc io.ReadCloser) error {
-	if err := registry.ReadWhole(rc); err != nil {
-		return err
-	}
-	return rc.Close()
 }
 
 // globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.

@@ -2,13 +2,9 @@ package sandbox
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -17,8 +13,7 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,7 +55,9 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
 	defer removeAll(tmp)
-	if err := extract(ctx, img, tmp); err != nil {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	if err := extract(ctx, rc, tmp); err != nil {
 		return "", fmt.Errorf("unpack the base %s: %w", digest, err)
 	}
 	if err := os.Rename(tmp, root); err != nil {
@@ -72,25 +69,33 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 	return root, nil
 }
 
-// extract writes the image's root file system into the empty folder dir: its layers read top
-// first, as mutate.Extract flattens them (whiteouts and opaque folders hide what lies under them,
-// an upper layer's entry hides a lower one's), but written straight from each layer's stream,
-// decompressed by klauspost/compress, with each layer's digest checked at its end.
-func extract(ctx context.Context, img v1.Image, dir string) error {
+// extract writes a flattened image's tar stream into the empty folder dir.
+func extract(ctx context.Context, r io.Reader, dir string) error {
 	rootFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(rootFd)
-	x := &extractor{root: rootFd, seen: map[string]bool{}, opaque: map[string]bool{}}
-	layers, err := img.Layers()
-	if err != nil {
-		return fmt.Errorf("read its layers: %w", err)
-	}
+	x := &extractor{root: rootFd}
+	tr := tar.NewReader(r)
 	var total int64
-	for i := len(layers) - 1; i >= 0; i-- {
-		if err := x.layer(ctx, layers[i], &total); err != nil {
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
 			return err
+		}
+		total += h.Size
+		if total > MaxBaseSize {
+			return fmt.Errorf("its layers unpack to more than %d GiB", MaxBaseSize>>30)
+		}
+		if err := x.entry(h, tr); err != nil {
+			return fmt.Errorf("%s: %w", h.Name, err)
 		}
 	}
 	// a hard link may come before the file it links to: the stream is the top layer first
@@ -107,177 +112,9 @@ func extract(ctx context.Context, img v1.Image, dir string) error {
 	return nil
 }
 
-// layer writes what of one layer no upper layer hid; total counts the bytes unpacked so far.
-func (x *extractor) layer(ctx context.Context, l v1.Layer, total *int64) error {
-	digest, err := l.Digest()
-	if err != nil {
-		return fmt.Errorf("read a layer's digest: %w", err)
-	}
-	r, err := OpenLayer(l)
-	if err != nil {
-		return fmt.Errorf("read the layer %s: %w", digest, err)
-	}
-	defer r.Close()
-	hidden := map[string]bool{} // opaque folders of this layer: they hide the layers below it
-	tr := tar.NewReader(r)
-	for {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("the layer %s: %w", digest, err)
-		}
-		*total += h.Size
-		if *total > MaxBaseSize {
-			return fmt.Errorf("its layers unpack to more than %d GiB", MaxBaseSize>>30)
-		}
-		name := clean(h.Name)
-		if name == "" {
-			continue
-		}
-		dir, base := path.Split(name)
-		dir = strings.TrimSuffix(dir, "/")
-		if base == opaqueWhiteout {
-			hidden[dir] = true
-			continue
-		}
-		tombstone := strings.HasPrefix(base, whiteoutPrefix)
-		if tombstone {
-			name = path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
-		}
-		if _, ok := x.seen[name]; (ok && !tombstone) || x.under(name) {
-			continue
-		}
-		// a file or a whiteout hides what lower layers have at and under its name; a folder
-		// hides only a lower layer's entry of its own name
-		x.seen[name] = tombstone || h.Typeflag != tar.TypeDir
-		if tombstone {
-			continue
-		}
-		if err := x.entry(h, tr); err != nil {
-			return fmt.Errorf("%s: %w", h.Name, err)
-		}
-	}
-	for d := range hidden {
-		x.opaque[d] = true
-	}
-	// to the end of the stream, so that the digest is checked
-	if _, err := io.Copy(io.Discard, r); err != nil {
-		return fmt.Errorf("the layer %s: %w", digest, err)
-	}
-	return r.Close()
-}
-
-// under reports whether an upper layer hid name: a parent of it whited out or replaced by a
-// file, or opaque.
-func (x *extractor) under(name string) bool {
-	for dir := path.Dir(name); dir != "." && dir != "/"; dir = path.Dir(dir) {
-		if x.seen[dir] || x.opaque[dir] {
-			return true
-		}
-	}
-	return x.opaque[""] || x.opaque["."]
-}
-
-const (
-	whiteoutPrefix = ".wh."
-	opaqueWhiteout = ".wh..wh..opq"
-)
-
-// OpenLayer is the layer's tar stream. A layer read from a registry or a layout (it describes
-// itself) is read as its compressed bytes, hashed as they are read and decompressed here by what
-// their first bytes say (gzip, zstd, or a plain tar), faster than go-containerregistry's
-// compress/gzip; Close fails when the bytes read do not have the layer's digest. Another layer
-// (made in memory, a tarball file, whose compressed form may be computed) gives its own
-// uncompressed stream.
-func OpenLayer(l v1.Layer) (io.ReadCloser, error) {
-	if _, ok := l.(interface {
-		Descriptor() (*v1.Descriptor, error)
-	}); !ok {
-		return l.Uncompressed()
-	}
-	digest, err := l.Digest()
-	if err != nil {
-		return nil, err
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return nil, err
-	}
-	h, err := v1.Hasher(digest.Algorithm)
-	if err != nil {
-		rc.Close()
-		return nil, err
-	}
-	br := bufio.NewReaderSize(io.TeeReader(rc, h), 1<<20)
-	magic, _ := br.Peek(4)
-	v := &verifiedLayer{compressed: rc, hash: h, want: digest}
-	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			rc.Close()
-			return nil, err
-		}
-		zr.Multistream(true)
-		v.Reader, v.close = zr, zr.Close
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
-		if err != nil {
-			rc.Close()
-			return nil, err
-		}
-		v.Reader, v.close = zr, func() error { zr.Close(); return nil }
-	default:
-		v.Reader, v.close = br, func() error { return nil }
-	}
-	v.rest = br
-	return v, nil
-}
-
-// verifiedLayer is a layer's decompressed stream whose Close checks the compressed bytes'
-// digest, once they were all read.
-type verifiedLayer struct {
-	io.Reader
-	close      func() error
-	rest       io.Reader // the compressed bytes, after what the decompressor took
-	compressed io.ReadCloser
-	hash       hash.Hash
-	want       v1.Hash
-	closed     bool
-	err        error
-}
-
-func (v *verifiedLayer) Close() error {
-	if v.closed {
-		return v.err
-	}
-	v.closed = true
-	v.err = v.close()
-	if v.err == nil {
-		// what follows the compressed stream (padding) is part of the digest
-		_, v.err = io.Copy(io.Discard, v.rest)
-	}
-	if v.err == nil {
-		if got := hex.EncodeToString(v.hash.Sum(nil)); got != v.want.Hex {
-			v.err = fmt.Errorf("its bytes have the digest %s:%s, not %s", v.want.Algorithm, got, v.want)
-		}
-	}
-	if err := v.compressed.Close(); v.err == nil {
-		v.err = err
-	}
-	return v.err
-}
-
 type extractor struct {
-	root   int
-	links  []*tar.Header
-	seen   map[string]bool // entries an upper layer wrote or whited out: true hides what is under it
-	opaque map[string]bool // folders an upper layer made opaque
+	root  int
+	links []*tar.Header
 }
 
 // clean is an entry's path relative to the root, or "" for the root itself.
