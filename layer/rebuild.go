@@ -131,14 +131,17 @@ func describe(pkgs []scriptPackage) string {
 	return strings.Join(lines, "\n    ")
 }
 
-// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped:
-// `npm rebuild <packages>` with the base's node and npm, the install folder bound at its path in
-// the image (target) and npm's cache bound in, so that what the scripts build lands in the tree
-// the layer is written from. The base's own npm applies npm's script policy (allowScripts).
+// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped,
+// of the packages the runner's npm would have run them for (its allowScripts policy,
+// allowedScripts): through the base npm's own @npmcli/run-script (runscript.js) with the base's
+// node, or `npm rebuild <packages>` for another npm layout (scriptsCommand), the install folder
+// bound at its path in the image (target) and npm's cache bound in, so that what the scripts
+// build lands in the tree the layer is written from.
 //
-// It reports whether the scripts ran: not when there are none, when npm's configuration turns
-// them off, or when the base has no shell and npm to run them (a warning names the packages
-// then, and native code is refused as without a base).
+// It reports whether the scripts were dealt with: not when there are none, or when the base has
+// no shell and npm to run them (a warning names the packages then, and native code is refused as
+// without a base); yes when they ran, or npm's configuration or policy turned them all off (a
+// warning names them).
 func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string) (bool, error) {
 	pkgs, err := findScripts(modules)
 	if err != nil || len(pkgs) == 0 {
