@@ -57,6 +57,11 @@ func baseRunScript(root string) string {
 					return ""
 				}
 			}
+			// runscript.js requires @npmcli/node-gyp as run-script does: beside it or nested in it
+			if !fileExists(filepath.Join(root, dir, "node_modules/@npmcli/node-gyp/package.json")) &&
+				!fileExists(filepath.Join(root, dir, "node_modules/@npmcli/run-script/node_modules/@npmcli/node-gyp/package.json")) {
+				return ""
+			}
 			return "/" + dir
 		}
 		return ""

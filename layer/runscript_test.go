@@ -50,7 +50,8 @@ func TestBaseRunScript(t *testing.T) {
 	root := t.TempDir()
 	npm := filepath.Join(root, "usr", "local", "lib", "node_modules", "npm")
 	for _, f := range []string{"bin/npm-cli.js", "node_modules/@npmcli/run-script/lib/run-script-pkg.js",
-		"node_modules/@npmcli/run-script/lib/node-gyp-bin/node-gyp", "node_modules/node-gyp/bin/node-gyp.js"} {
+		"node_modules/@npmcli/run-script/lib/node-gyp-bin/node-gyp", "node_modules/node-gyp/bin/node-gyp.js",
+		"node_modules/@npmcli/node-gyp/package.json"} {
 		mustWrite(t, filepath.Join(npm, f), "")
 	}
 	mustWrite(t, filepath.Join(npm, "package.json"), `{"name":"npm","version":"10.9.9"}`)
