@@ -3,11 +3,13 @@ package layer
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -115,5 +117,29 @@ func TestMentionsScriptPolicy(t *testing.T) {
 				t.Errorf("= %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestStrictAllowScriptsInBase: with strict-allow-scripts in the project's .npmrc and no policy
+// covering the packages, the install is refused as npm refuses it, naming them (bad input).
+func TestStrictAllowScriptsInBase(t *testing.T) {
+	if runnerNpmRoot() == "" {
+		t.Skip("the runner's npm has no allowScripts (npm 11 has)")
+	}
+	base := debianBase(t, "amd64")
+	root := t.TempDir()
+	for _, d := range []string{"components/scripts", "packages/marker", "packages/native"} {
+		copyDir(t, filepath.Join("testdata", d), filepath.Join(root, d))
+	}
+	dir := filepath.Join(root, "components", "scripts")
+	mustWrite(t, filepath.Join(dir, ".npmrc"), "strict-allow-scripts=true\n")
+	c := &toa.Component{Path: dir, Name: "scripts", Namespace: "default", Locator: toa.NewLocator("scripts", "default"),
+		ModuleType: "commonjs", PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+	_, err := Dependencies(t.Context(), c, Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"},
+		WithCacheDir(t.TempDir()), WithBase(base), WithBaseNode("18.20.4"), WithContextRoot(root))
+	var input *fault.Input
+	if !errors.As(err, &input) || !strings.Contains(err.Error(), "strict-allow-scripts: 2 packages") ||
+		!strings.Contains(err.Error(), "toa-test-marker@1.0.0") || !strings.Contains(err.Error(), "toa-test-native@1.0.0") {
+		t.Fatalf("err = %v, want the strict refusal naming both packages", err)
 	}
 }
