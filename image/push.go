@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +114,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		}
 		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
-	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]string{}}
+	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]*libcLook{}}
 	toBuild := make([]*Image, len(missing))
 	for k, i := range missing {
 		toBuild[k] = plan.images[i]
@@ -196,7 +197,15 @@ type builder struct {
 	created v1.Time // of every config and history entry
 
 	mu   sync.Mutex
-	libc map[string]string // base digest → libc
+	libc map[string]*libcLook // base digest → its libc, looked for once
+}
+
+// libcLook is the look for one base's libc: each digest's once, different digests at once (each
+// reads its base's layers).
+type libcLook struct {
+	once sync.Once
+	libc string
+	err  error
 }
 
 func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
@@ -300,25 +309,15 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 			}
 		}
 	}
-	out := &depsImages{annotations: img.base.annotations("")}
-	for _, platform := range img.Platforms {
-		base, target, err := b.base(ctx, src, img, platform)
-		if err != nil {
-			return nil, err
-		}
-		b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
-		d, err := dependencyImage(ctx, base, img, global, target, b.opts.Layers, b.created)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Name, err)
-		}
-		if a := img.base.annotations(platform); a != nil {
-			d = mutate.Annotations(d, a).(v1.Image)
-		}
-		if d, err = withoutLayerTimes(d); err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Name, err)
-		}
-		out.images = append(out.images, d)
-		out.targets = append(out.targets, target)
+	out := &depsImages{annotations: img.base.annotations(""), images: make([]v1.Image, len(img.Platforms)),
+		targets: make([]Target, len(img.Platforms))}
+	// the platforms are built at once (npm on the runner, the scripts in each base, under QEMU for
+	// a foreign CPU): the image takes the slowest platform's time, not the sum; each result has its
+	// platform's place, so the index is the same whichever finishes first
+	if err := b.allPlatforms(ctx, src, img, global, out); err != nil {
+		return nil, err
+	}
+	for _, d := range out.images {
 		if n, err := layerCount(d); err == nil && n > out.layers {
 			out.layers = n
 		}
@@ -338,6 +337,74 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	}
 	pushed.DepsBuilt = true
 	return out, nil
+}
+
+// allPlatforms builds the dependencies image of each platform of img into out, at once. A
+// platform that fails cancels the work of the platforms listed after it and lets those before it
+// finish, so that the error returned is always the first listed platform's that failed of itself,
+// whichever finished first.
+func (b *builder) allPlatforms(ctx context.Context, src *registry.Registries, img *Image, global []string, out *depsImages) error {
+	n := len(img.Platforms)
+	works := make([]context.Context, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range works {
+		works[i], cancels[i] = context.WithCancel(ctx)
+		defer cancels[i]()
+	}
+	errs := make([]error, n)
+	var g errgroup.Group
+	g.SetLimit(platformJobs(n))
+	for i := range n {
+		g.Go(func() error {
+			if works[i].Err() != nil {
+				return nil // a platform before it failed
+			}
+			d, target, err := b.platformDependencies(ctx, works[i], src, img, global, img.Platforms[i])
+			out.images[i], out.targets[i], errs[i] = d, target, err
+			if err != nil {
+				for _, cancel := range cancels[i+1:] {
+					cancel()
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines return nil: errs holds what failed
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// platformJobs is how many platforms of one dependencies image are built at once: each is mostly
+// one process (npm, or node under QEMU), so as many as the runner has CPUs, at least 2 (one
+// waits on the registry or the disk while the other computes).
+func platformJobs(platforms int) int {
+	return min(platforms, max(2, runtime.GOMAXPROCS(0)))
+}
+
+// platformDependencies builds one platform's dependencies image on its base. The base is read
+// with ctx, which outlives the build: the image reads the base's layers again when it is pushed;
+// the work (npm, the scripts in the base) runs with work, cancelled when another platform fails.
+func (b *builder) platformDependencies(ctx, work context.Context, src *registry.Registries, img *Image, global []string, platform string) (v1.Image, Target, error) {
+	base, target, err := b.base(ctx, src, img, platform)
+	if err != nil {
+		return nil, Target{}, err
+	}
+	b.opts.Events(Event{img.Name, "installing dependencies for " + platform + " (" + target.Libc + ")"})
+	d, err := dependencyImage(work, base, img, global, target, b.opts.Layers, b.created)
+	if err != nil {
+		return nil, Target{}, fmt.Errorf("%s: %w", img.Name, err)
+	}
+	if a := img.base.annotations(platform); a != nil {
+		d = mutate.Annotations(d, a).(v1.Image)
+	}
+	if d, err = withoutLayerTimes(d); err != nil {
+		return nil, Target{}, fmt.Errorf("%s: %w", img.Name, err)
+	}
+	return d, target, nil
 }
 
 func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
@@ -423,16 +490,23 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 		return b.opts.Libc, nil
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if l, ok := b.libc[digest]; ok {
-		return l, nil
+	look := b.libc[digest]
+	if look == nil {
+		look = &libcLook{}
+		b.libc[digest] = look
 	}
+	b.mu.Unlock()
+	look.once.Do(func() { look.libc, look.err = b.lookForLibc(base, digest) })
+	return look.libc, look.err
+}
+
+// lookForLibc reads the libc kept in the cache for the digest, or looks in the base's layers.
+func (b *builder) lookForLibc(base v1.Image, digest string) (string, error) {
 	cache := ""
 	if b.opts.CacheDir != "" {
 		cache = fsys.Libc.Path(b.opts.CacheDir, strings.ReplaceAll(digest, ":", "-"))
 		// a file that says neither (one an older toa-push wrote half) is looked again
 		if data, ok := fsys.Libc.Read(cache); ok && (string(data) == "glibc" || string(data) == "musl") {
-			b.libc[digest] = string(data)
 			return string(data), nil
 		}
 	}
@@ -440,7 +514,6 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b.libc[digest] = libc
 	if cache != "" {
 		_ = fsys.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
 	}

@@ -91,6 +91,9 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if err != nil {
 		return nil, err
 	}
+	if inBase {
+		defer o.prefetchBase(ctx, dir)() // the base unpacks while npm installs
+	}
 	args = append(args, in.args(o, j.npmrc)...)
 	treeKey := j.key.withoutContent()
 	changed, out, reused := o.installOverKept(ctx, j, treeKey, staging, dir, args)

@@ -48,6 +48,8 @@ type options struct {
 	npmConfig   map[string]string
 	warn        func(string)
 	base        v1.Image
+	npmRebuild  bool        // the scripts in the base run by `npm rebuild`, even where runscript.js can (tests)
+	prefetched  *baseFuture // the base being unpacked while npm installs (prefetchBase)
 }
 
 // WithCacheDir sets the cache's root folder. Default: $TOA_CACHE, else $HOME/.cache/toa-deploy.

@@ -131,18 +131,20 @@ func describe(pkgs []scriptPackage) string {
 	return strings.Join(lines, "\n    ")
 }
 
-// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped:
-// `npm rebuild <packages>` with the base's node and npm, the install folder bound at its path in
-// the image (target) and npm's cache bound in, so that what the scripts build lands in the tree
-// the layer is written from. The base's own npm applies npm's script policy (allowScripts).
+// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped,
+// of the packages the runner's npm would have run them for (its allowScripts policy,
+// allowedScripts): through the base npm's own @npmcli/run-script (runscript.js) with the base's
+// node, or `npm rebuild <packages>` for another npm layout (scriptsCommand), the install folder
+// bound at its path in the image (target) and npm's cache bound in, so that what the scripts
+// build lands in the tree the layer is written from.
+//
+// It reports whether the scripts were dealt with: not when there are none, or when the base has
+// no shell and npm to run them (a warning names the packages then, and native code is refused as
+// without a base); yes when they ran, or npm's configuration or policy turned them all off (a
+// warning names them).
 // installBinds, when given, are bound instead of dir at target: the global packages, each at its
-// place in the base's prefix, which stays the base's (its npm is there).
-//
-// It reports whether the scripts ran: not when there are none, when npm's configuration turns
-// them off, or when the base has no shell and npm to run them (a warning names the packages
-// then, and native code is refused as without a base).
-//
-// only, when set, keeps the packages (by install path under modules) whose scripts run.
+// place in the base's prefix, which stays the base's (its npm is there). only, when set, keeps the
+// packages (by install path under modules) whose scripts run.
 func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, only func(rel string) bool, installBinds ...sandbox.Bind) (bool, error) {
 	pkgs, err := findScripts(modules)
 	pkgs = onlyThese(pkgs, only)
@@ -154,21 +156,35 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 			len(pkgs), what, in.platform, why, describe(pkgs)))
 		return true, nil
 	}
-	root, cfg, err := o.baseRoot(ctx)
-	if err != nil {
-		return false, err
+	// the base unpacks (cold: seconds) while the runner's npm says which scripts may run
+	unpackCtx, cancelUnpack := context.WithCancel(ctx)
+	defer cancelUnpack()
+	unpacked := make(chan unpackedBase, 1)
+	go func() {
+		root, cfg, err := o.baseRoot(unpackCtx)
+		unpacked <- unpackedBase{root, cfg, err}
+	}()
+	pkgs, err = o.allowedScripts(ctx, in, what, dir, pkgs)
+	if err != nil || len(pkgs) == 0 {
+		cancelUnpack()
+		<-unpacked
+		return err == nil, err // none allowed: each was named, nothing is left to run
+	}
+	base := <-unpacked
+	root, cfg := base.root, base.cfg
+	if base.err != nil {
+		return false, base.err
 	}
 	if !fileExists(filepath.Join(root, "bin", "sh")) || !hasNpm(root) {
 		o.warn(fmt.Sprintf("the install scripts of %d packages of %s are not run for %s: its base has no /bin/sh and npm to run them in:\n    %s",
 			len(pkgs), what, in.platform, describe(pkgs)))
 		return false, nil
 	}
-	names := map[string]bool{}
-	for _, p := range pkgs {
-		names[p.Name] = true
+	args, binds, cleanup, err := o.scriptsCommand(root, modules, dir, target, pkgs)
+	if err != nil {
+		return false, err
 	}
-	args := []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
-	args = append(args, sortedKeys(names)...)
+	defer cleanup()
 	env := baseEnv(cfg, root)
 	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
 	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")
@@ -182,11 +198,15 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: append(orBinds(installBinds, dir, target), sandbox.Bind{Source: o.npmCache, Target: "/toa-npm-cache"}), Notice: o.warn})
+		Binds: append(append(binds, orBinds(installBinds, dir, target)...), sandbox.Bind{Source: o.npmCache, Target: "/toa-npm-cache"}), Notice: o.warn})
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
-		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: npm rebuild: exit status %d\n    %s\n%s",
-			what, in.platform, exit.Code, describe(pkgs), indent(out.String()))
+		runner := "npm rebuild"
+		if args[0] != "npm" {
+			runner = "the base npm's @npmcli/run-script"
+		}
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: %s: exit status %d\n    %s\n%s",
+			what, in.platform, runner, exit.Code, describe(pkgs), indent(out.String()))
 	}
 	return err == nil, err
 }
@@ -197,6 +217,42 @@ func orBinds(binds []sandbox.Bind, dir, target string) []sandbox.Bind {
 		return binds
 	}
 	return []sandbox.Bind{{Source: dir, Target: target}}
+}
+
+// scriptsCommand is what runs the packages' scripts in the base: runscript.js with the base's
+// node, through the base npm's own @npmcli/run-script, when the base's npm has it (bound in
+// read-only, with its plan); else `npm rebuild <packages>`. cleanup removes what it wrote.
+func (o *options) scriptsCommand(root, modules, dir, target string, pkgs []scriptPackage) (args []string, binds []sandbox.Bind, cleanup func(), err error) {
+	npmDir := ""
+	if !o.npmRebuild {
+		npmDir = baseRunScript(root)
+	}
+	if npmDir == "" {
+		names := map[string]bool{}
+		for _, p := range pkgs {
+			names[p.Name] = true
+		}
+		args = []string{"npm", "rebuild", "--no-audit", "--no-fund", "--no-update-notifier", "--foreground-scripts"}
+		return append(args, sortedKeys(names)...), nil, func() {}, nil
+	}
+	plan, err := planScripts(modules, pkgs)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("order the install scripts: %w", err)
+	}
+	plan.Npm, plan.Prefix, plan.Command = npmDir, target, "rebuild"
+	folder, err := writeScriptPlan(filepath.Dir(dir), plan)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("write the plan of the install scripts: %w", err)
+	}
+	args = []string{"node", path.Join(runScriptsDir, "run.js"), path.Join(runScriptsDir, "plan.json")}
+	binds = []sandbox.Bind{{Source: folder, Target: runScriptsDir, ReadOnly: true}}
+	return args, binds, func() { os.RemoveAll(folder) }, nil
+}
+
+type unpackedBase struct {
+	root string
+	cfg  *v1.ConfigFile
+	err  error
 }
 
 // hasNpm reports whether the base has npm where node images and distributions put it.
@@ -222,8 +278,57 @@ func (o *options) warnScriptsSkipped(in *install, what, modules string) error {
 	return nil
 }
 
-// baseRoot is the base unpacked in the cache, and its config.
+// installScriptLine is how a lockfile says a package has install scripts.
+var installScriptLine = regexp.MustCompile(`"hasInstallScript"\s*:\s*true`)
+
+// prefetchBase starts unpacking the base (cold: seconds) while the runner's npm installs, when
+// the install's lockfile in dir says a package has install scripts, so that they can start in
+// the base as soon as npm is done; baseRoot takes it. It returns what stops the unpacking when
+// nothing took it: a run that fails leaves no half-unpacked base.
+func (o *options) prefetchBase(ctx context.Context, dir string) (stop func()) {
+	lock := readOptional(filepath.Join(dir, "npm-shrinkwrap.json")) + readOptional(filepath.Join(dir, "package-lock.json"))
+	if !installScriptLine.MatchString(lock) {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	f := &baseFuture{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		f.root, f.cfg, f.err = o.unpackBase(ctx)
+	}()
+	o.prefetched = f
+	return func() {
+		cancel()
+		<-f.done
+		o.prefetched = nil
+	}
+}
+
+// baseFuture is a base being unpacked.
+type baseFuture struct {
+	done chan struct{}
+	root string
+	cfg  *v1.ConfigFile
+	err  error
+}
+
+// baseRoot is the base unpacked in the cache, and its config: what prefetchBase unpacked, or
+// unpacked now.
 func (o *options) baseRoot(ctx context.Context) (string, *v1.ConfigFile, error) {
+	if f := o.prefetched; f != nil {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return "", nil, ctx.Err()
+		}
+		if f.err == nil || !errors.Is(f.err, context.Canceled) || ctx.Err() != nil {
+			return f.root, f.cfg, f.err
+		}
+	}
+	return o.unpackBase(ctx)
+}
+
+func (o *options) unpackBase(ctx context.Context) (string, *v1.ConfigFile, error) {
 	cfg, err := o.base.ConfigFile()
 	if err != nil {
 		return "", nil, fmt.Errorf("read the base's config: %w", err)

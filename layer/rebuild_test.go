@@ -6,6 +6,8 @@ import (
 	"debug/elf"
 	"io"
 	"os"
+	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +95,56 @@ func TestScriptsRunInBase(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunScriptsAsNpmRebuild: the scripts run through the base npm's @npmcli/run-script
+// (runscript.js) leave the same files in the layer as `npm rebuild` of the same packages in the
+// same base, and give the scripts the same environment variables (the marker writes their
+// names), but for the flags toa-push passes npm rebuild itself and the order of node-gyp's
+// config.gypi.
+func TestRunScriptsAsNpmRebuild(t *testing.T) {
+	base := debianbase.Image(t, "amd64")
+	layers := map[bool]map[string][]byte{}
+	for _, byNpm := range []bool{false, true} {
+		start := time.Now()
+		l, err := Dependencies(t.Context(), fixture(t, "scripts"), Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"},
+			WithCacheDir(t.TempDir()), WithBase(base), WithBaseNode("18.20.4"), func(o *options) { o.npmRebuild = byNpm })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("npm rebuild %v: %s", byNpm, time.Since(start))
+		layers[byNpm] = layerFiles(t, l)
+	}
+	// what `npm rebuild --no-audit --no-fund --no-update-notifier --foreground-scripts` adds
+	// for its own flags: npm exports a flag that is not its default to the scripts
+	// (npm_config_x in env.txt, "x": in config.gypi)
+	flags := regexp.MustCompile(`(?m)^\s*(npm_config_(audit|fund|update_notifier|foreground_scripts)|"(audit|fund|update_notifier|foreground_scripts)":.*)\n`)
+	ours, npms := layers[false], layers[true]
+	for name, data := range npms {
+		got, ok := ours[name]
+		if !ok {
+			t.Errorf("%s: in npm rebuild's layer only", name)
+			continue
+		}
+		if strings.HasSuffix(name, "/env.txt") || strings.HasSuffix(name, "/config.gypi") {
+			data, got = flags.ReplaceAll(data, nil), flags.ReplaceAll(got, nil)
+		}
+		if strings.HasSuffix(name, "/config.gypi") { // node-gyp writes the variables in the environ's order
+			data, got = sortedLines(data), sortedLines(got)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("%s differs:\n--- npm rebuild\n%s\n--- runscript.js\n%s", name, data, got)
+		}
+	}
+	for name := range ours {
+		if _, ok := npms[name]; !ok {
+			t.Errorf("%s: in runscript.js's layer only", name)
+		}
+	}
+}
+
+func sortedLines(data []byte) []byte {
+	lines := strings.Split(string(data), "\n")
+	sort.Strings(lines)
+	return []byte(strings.Join(lines, "\n"))
 }
