@@ -29,6 +29,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -76,6 +77,9 @@ func cacheDir(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
+	// The push checks the sandbox's namespaces for the arm64 install scripts: this program is
+	// their init, as toa-push is.
+	sandbox.Init()
 	code := m.Run()
 	if layerCache.dir != "" {
 		os.RemoveAll(layerCache.dir)
