@@ -108,7 +108,9 @@ func planScripts(modules string, pkgs []scriptPackage) (scriptPlan, error) {
 	deps := map[string][]string{} // location → names it depends on
 	err := walkPackages(modules, "", func(dir, rel string, _ packageJSON, _ bool) {
 		loc := "node_modules/" + rel
-		deps[loc] = deps[loc] // every installed package, for resolveDependency
+		if _, ok := deps[loc]; !ok {
+			deps[loc] = nil // every installed package, for resolveDependency
+		}
 		var p struct {
 			Dependencies         map[string]string `json:"dependencies"`
 			OptionalDependencies map[string]string `json:"optionalDependencies"`
