@@ -192,20 +192,35 @@ func podsVerdict(ref Ref, observed, done bool, message string, pods []*corev1.Po
 	now time.Time, grace time.Duration) State {
 	var recheck time.Time
 	if observed {
-		for _, p := range sortedPods(pods) {
-			if !isNew(p) {
-				continue
-			}
-			f, at := PodFailure(p, now, grace)
-			if f != nil {
-				f = failureOf(ref, f)
-				return State{Message: f.Reason, Failure: f}
-			}
-			if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
-				recheck = at
-			}
+		var f *Failure
+		if f, recheck = newPodFailure(ref, pods, isNew, now, grace); f != nil {
+			return State{Message: f.Reason, Failure: f}
 		}
 	}
+	return settled(done, message, pods, recheck)
+}
+
+// newPodFailure is the first failure of a pod of the new revision (isNew), named as ref's, or
+// when to look again at the earliest pod whose verdict waits on time.
+func newPodFailure(ref Ref, pods []*corev1.Pod, isNew func(*corev1.Pod) bool, now time.Time, grace time.Duration) (*Failure, time.Time) {
+	var recheck time.Time
+	for _, p := range sortedPods(pods) {
+		if !isNew(p) {
+			continue
+		}
+		f, at := PodFailure(p, now, grace)
+		if f != nil {
+			return failureOf(ref, f), time.Time{}
+		}
+		if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
+			recheck = at
+		}
+	}
+	return nil, recheck
+}
+
+// settled is done only when the workload says so and none of its pods is terminating.
+func settled(done bool, message string, pods []*corev1.Pod, recheck time.Time) State {
 	if !done {
 		return State{Message: message, Recheck: recheck}
 	}

@@ -223,25 +223,14 @@ func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, n
 	var recheck time.Time
 	if rs := NewReplicaSet(d, rss); rs != nil {
 		hash := rs.Labels[templateHashLabel]
-		for _, p := range sortedPods(pods) {
-			if hash == "" || p.Labels[templateHashLabel] != hash {
-				continue
-			}
-			f, at := PodFailure(p, now, grace)
-			if f != nil {
-				f = failureOf(refOfDeployment(d), f)
-				return State{Message: f.Reason, Failure: f}
-			}
-			if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
-				recheck = at
-			}
+		isNew := func(p *corev1.Pod) bool { return hash != "" && p.Labels[templateHashLabel] == hash }
+		var f *Failure
+		if f, recheck = newPodFailure(refOfDeployment(d), pods, isNew, now, grace); f != nil {
+			return State{Message: f.Reason, Failure: f}
 		}
 	}
-	if !done {
-		return State{Message: message, Recheck: recheck}
-	}
-	if gone := Terminating(pods); len(gone) > 0 {
-		return State{Message: terminatingMessage(gone), Recheck: recheck}
+	if st := settled(done, message, pods, recheck); !st.Done {
+		return st
 	}
 	// the pods already gone from the watch, and the server still counting some
 	if done, message, _ = DeploymentStatus(d); !done {
