@@ -18,7 +18,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
-	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -299,15 +298,6 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	global, err := globalLines(b.app, img)
 	if err != nil {
 		return nil, err
-	}
-	// build.run lines run in every platform's base: what the runner lacks for one of them is
-	// said before any platform is built
-	if _, shell := layer.SplitLines(global); len(shell) > 0 {
-		for _, platform := range img.Platforms {
-			if err := sandbox.Check(platform); err != nil {
-				return nil, fmt.Errorf("%s: `%s`: %w", img.Name, shell[0], err)
-			}
-		}
 	}
 	out := &depsImages{annotations: img.base.annotations(""), images: make([]v1.Image, len(img.Platforms)),
 		targets: make([]Target, len(img.Platforms))}
