@@ -2,10 +2,8 @@ package layer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -79,10 +77,7 @@ func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) e
 // them: their names, sorted. None without a lockfile, or with one npm will refuse (it says why
 // at the install).
 func LockedScripts(c *toa.Component) ([]string, error) {
-	lock := c.PackageLock
-	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
-		lock = shrinkwrap
-	}
+	lock := lockfileOf(c)
 	if lock == "" {
 		return nil, nil
 	}
@@ -90,19 +85,13 @@ func LockedScripts(c *toa.Component) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var l struct {
-		Packages map[string]struct {
-			Name             string `json:"name"`
-			HasInstallScript bool   `json:"hasInstallScript"`
-			Dev              bool   `json:"dev"`
-		} `json:"packages"`
-	}
-	if json.Unmarshal(data, &l) != nil {
+	packages, err := parseLock(data)
+	if err != nil {
 		return nil, nil
 	}
 	names := map[string]bool{}
-	for key, p := range l.Packages {
-		if !p.HasInstallScript || p.Dev || key == "" {
+	for key, p := range packages {
+		if !p.HasInstallScript || p.Dev {
 			continue
 		}
 		name := p.Name

@@ -101,11 +101,17 @@ type depsInputs struct {
 	locals   []string // the local packages (file: dependencies) it installs
 }
 
-func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
-	d := &depsInputs{pkgData: pkgData, lockPath: c.PackageLock}
+// lockfileOf is the lockfile npm reads for c: npm-shrinkwrap.json over package-lock.json, or ""
+// without either.
+func lockfileOf(c *toa.Component) string {
 	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
-		d.lockPath = shrinkwrap
+		return shrinkwrap
 	}
+	return c.PackageLock
+}
+
+func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
+	d := &depsInputs{pkgData: pkgData, lockPath: lockfileOf(c)}
 	var err error
 	if d.lockPath != "" {
 		if d.lockData, err = fsys.ReadFile(d.lockPath, fsys.MaxLockSize); err != nil {

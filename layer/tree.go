@@ -138,13 +138,15 @@ func (o *options) installOver(ctx context.Context, kept *keptTree, spec *treeSpe
 
 // lockEntry is what a lockfile, or npm's hidden lockfile, says of one install path.
 type lockEntry struct {
-	Version     string `json:"version"`
-	Resolved    string `json:"resolved"`
-	Integrity   string `json:"integrity"`
-	Link        bool   `json:"link"`
-	Dev         bool   `json:"dev"`
-	Optional    bool   `json:"optional"`
-	DevOptional bool   `json:"devOptional"`
+	Name             string `json:"name"`
+	HasInstallScript bool   `json:"hasInstallScript"`
+	Version          string `json:"version"`
+	Resolved         string `json:"resolved"`
+	Integrity        string `json:"integrity"`
+	Link             bool   `json:"link"`
+	Dev              bool   `json:"dev"`
+	Optional         bool   `json:"optional"`
+	DevOptional      bool   `json:"devOptional"`
 }
 
 func (e lockEntry) same(o lockEntry) bool {
