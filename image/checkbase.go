@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/toa-deploy/toa-deploy/layer"
 )
 
@@ -16,12 +18,20 @@ type baseChecker interface {
 // checkBases says what this runner lacks to build the images in their bases, before any of them
 // is built and anything pushed: for each image to build whose dependencies image the destination
 // lacks, each platform's build.run lines and the install scripts its components' lockfiles name
-// (npm's global installs are known only once installed: they are checked then).
+// (npm's global installs are known only once installed: they are checked then). The bases are
+// read at once, as the builds read them: a base that the work will unpack is unpacked here.
 func (b *builder) checkBases(ctx context.Context, images []*Image) error {
 	checker, ok := b.opts.Layers.(baseChecker)
 	if !ok {
 		return nil
 	}
+	type check struct {
+		img      *Image
+		work     layer.BaseWork
+		platform string
+		target   Target
+	}
+	var checks []*check
 	for _, img := range images {
 		work, err := baseWork(b, img)
 		if err != nil {
@@ -38,13 +48,26 @@ func (b *builder) checkBases(ctx context.Context, images []*Image) error {
 			continue // nothing runs in a base when the dependencies image is there
 		}
 		for _, platform := range img.Platforms {
-			_, target, err := b.base(ctx, b.opts.Registries, img, platform)
-			if err != nil {
-				return err
-			}
-			if err := checker.CheckBase(ctx, work, target); err != nil {
-				return fmt.Errorf("%s: %w", img.Name, err)
-			}
+			checks = append(checks, &check{img: img, work: work, platform: platform})
+		}
+	}
+	// each read to its end, so that the error said is the first listed, whichever came first
+	errs := make([]error, len(checks))
+	var g errgroup.Group
+	g.SetLimit(platformJobs(len(checks)))
+	for i, c := range checks {
+		g.Go(func() error {
+			_, c.target, errs[i] = b.base(ctx, b.opts.Registries, c.img, c.platform, c.work)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i, c := range checks {
+		if errs[i] != nil {
+			return errs[i]
+		}
+		if err := checker.CheckBase(ctx, c.work, c.target); err != nil {
+			return fmt.Errorf("%s: %w", c.img.Name, err)
 		}
 	}
 	return nil

@@ -70,3 +70,9 @@ func platformOf(t Target) layer.Platform {
 	}
 	return layer.Platform{OS: t.Platform.OS, Architecture: t.Platform.Architecture, Variant: variant, Libc: t.Libc}
 }
+
+// UnpackBase unpacks the base of one platform where the work in it runs whatever its libc, and
+// says that libc (layer.UnpackBase).
+func (n *npmLayers) UnpackBase(ctx context.Context, work layer.BaseWork, t Target) (string, bool, error) {
+	return layer.UnpackBase(ctx, work, platformOf(t), n.with(t)...)
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -379,7 +378,7 @@ func platformJobs(platforms int) int {
 // with ctx, which outlives the build: the image reads the base's layers again when it is pushed;
 // the work (npm, the scripts in the base) runs with work, cancelled when another platform fails.
 func (b *builder) platformDependencies(ctx, work context.Context, src *registry.Registries, img *Image, global []string, platform string) (v1.Image, Target, error) {
-	base, target, err := b.base(ctx, src, img, platform)
+	base, target, err := b.base(ctx, src, img, platform, layer.BaseWork{})
 	if err != nil {
 		return nil, Target{}, err
 	}
@@ -440,8 +439,10 @@ func (b *builder) sourceLayerBudget(deps *depsImages) int {
 
 // base reads the base image of one platform, from where it was resolved (its mirror, if it has
 // one), and what the install must know of it. Its layers are read only when the destination
-// lacks them.
-func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string) (v1.Image, Target, error) {
+// lacks them. work is what the build will do in that base as far as it is known (checkBases),
+// the zero BaseWork where it is not: a base that the work will unpack anyway says its libc from
+// what was unpacked (libcOf).
+func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string, work layer.BaseWork) (v1.Image, Target, error) {
 	resolved, err := reg.Reference(img.base.Source)
 	if err != nil {
 		return nil, Target{}, err
@@ -460,22 +461,23 @@ func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image
 	if err != nil {
 		return nil, Target{}, registry.Wrap("the config of "+img.base.String(), need, err)
 	}
-	libc, err := b.libcOf(base, digest)
-	if err != nil {
-		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
-	}
 	p := *cfg.Platform()
 	if p.Variant == "" { // a config may leave it out; the base's index said which it is
 		if parsed, err := v1.ParsePlatform(platform); err == nil && parsed.Architecture == p.Architecture {
 			p.Variant = parsed.Variant
 		}
 	}
-	return base, Target{Platform: p, Libc: libc, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}, nil
+	target := Target{Platform: p, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}
+	if target.Libc, err = b.libcOf(ctx, target, digest, work); err != nil {
+		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
+	}
+	return base, target, nil
 }
 
-// libcOf finds the base's libc once per digest: musl when a layer holds ld-musl, else glibc.
-// The answer is kept under the cache dir: a digest never changes.
-func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
+// libcOf finds the base's libc once per digest: musl when it holds musl's loader
+// (layer.IsMuslLoader), else glibc. The answer is kept under the cache dir: a digest never
+// changes.
+func (b *builder) libcOf(ctx context.Context, t Target, digest string, work layer.BaseWork) (string, error) {
 	if b.opts.Libc != "" {
 		return b.opts.Libc, nil
 	}
@@ -486,12 +488,20 @@ func (b *builder) libcOf(base v1.Image, digest string) (string, error) {
 		b.libc[digest] = look
 	}
 	b.mu.Unlock()
-	look.once.Do(func() { look.libc, look.err = b.lookForLibc(base, digest) })
+	look.once.Do(func() { look.libc, look.err = b.lookForLibc(ctx, t, digest, work) })
 	return look.libc, look.err
 }
 
-// lookForLibc reads the libc kept in the cache for the digest, or looks in the base's layers.
-func (b *builder) lookForLibc(base v1.Image, digest string) (string, error) {
+// baseUnpacker is Layers that unpack a base for the work in it when that work runs there
+// whatever the base's libc, and say the libc from what they unpacked (layer.UnpackBase).
+type baseUnpacker interface {
+	UnpackBase(ctx context.Context, work layer.BaseWork, t Target) (libc string, ok bool, err error)
+}
+
+// lookForLibc reads the libc kept in the cache for the digest; else, where the work will unpack
+// the base whatever its libc, unpacks it now and reads the libc there: one pass over the base's
+// layers instead of two (seconds each for a base of hundreds of MB); else looks in its layers.
+func (b *builder) lookForLibc(ctx context.Context, t Target, digest string, work layer.BaseWork) (string, error) {
 	cache := ""
 	if b.opts.CacheDir != "" {
 		cache = fsys.Libc.Path(b.opts.CacheDir, strings.ReplaceAll(digest, ":", "-"))
@@ -500,9 +510,17 @@ func (b *builder) lookForLibc(base v1.Image, digest string) (string, error) {
 			return string(data), nil
 		}
 	}
-	libc, err := findLibc(base)
-	if err != nil {
-		return "", err
+	libc, ok, err := "", false, error(nil)
+	if unpacker, can := b.opts.Layers.(baseUnpacker); can && (len(work.Shell) > 0 || len(work.Scripts) > 0) {
+		libc, ok, err = unpacker.UnpackBase(ctx, work, t)
+		if err != nil {
+			return "", err
+		}
+	}
+	if !ok {
+		if libc, err = findLibc(t.Base); err != nil {
+			return "", err
+		}
 	}
 	if cache != "" {
 		_ = fsys.WriteFile(cache, []byte(libc), 0o644) // a cache: losing it costs a second look
@@ -527,6 +545,8 @@ func findLibc(img v1.Image) (string, error) {
 	return "glibc", nil
 }
 
+// holdsMusl is whether the layer holds musl's loader where layer.UnpackBase looks for it in
+// an unpacked root, so that both say the same of one base.
 func holdsMusl(l v1.Layer) (bool, error) {
 	rc, err := l.Uncompressed()
 	if err != nil {
@@ -542,7 +562,7 @@ func holdsMusl(l v1.Layer) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if strings.HasPrefix(filepath.Base(h.Name), "ld-musl-") {
+		if layer.IsMuslLoader(h.Name) {
 			// believed only once the whole layer is read and its digest checked: a registry
 			// that served another layer under this digest must not decide the libc
 			return true, registry.ReadWhole(rc)

@@ -112,3 +112,46 @@ func LockedScripts(c *toa.Component) ([]string, error) {
 	sort.Strings(list)
 	return list, nil
 }
+
+// IsMuslLoader is whether a path in an image is musl's dynamic loader where UnpackBase looks
+// for it in an unpacked root (sandbox.Libc): a look in a base's layers says the same of it.
+func IsMuslLoader(name string) bool { return sandbox.IsMuslLoader(name) }
+
+// UnpackBase unpacks the base of p (WithBase) when the work of p will run in it whatever the
+// base's libc, and says that libc from the root it unpacked (sandbox.Libc): one pass over the
+// base's layers, where a look for the libc first reads them all once more (seconds for a base of
+// hundreds of MB). The work runs in the base whatever its libc when it has build.run lines, or
+// install scripts for an OS, a CPU or a Node major that is not the runner's. ok is false, and
+// nothing is unpacked, otherwise: the libc decides then whether the base is needed at all.
+func UnpackBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) (libc string, ok bool, err error) {
+	o, err := newOptions(opts)
+	if err != nil || o.base == nil {
+		return "", false, err
+	}
+	if len(work.Shell) == 0 {
+		if len(work.Scripts) == 0 {
+			return "", false, nil
+		}
+		r, err := o.runner(ctx)
+		if err != nil {
+			return "", false, err
+		}
+		p.Libc = r.Libc // the libc aside: does the rest of p make the install a foreign one?
+		in, err := o.newInstall(ctx, p)
+		if err != nil {
+			return "", false, err
+		}
+		if !in.skipScripts() {
+			return "", false, nil
+		}
+	}
+	root, _, err := o.baseRoot(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	libc, err = sandbox.Libc(root)
+	if err != nil {
+		return "", false, fmt.Errorf("look for the libc of the unpacked base: %w", err)
+	}
+	return libc, true, nil
+}

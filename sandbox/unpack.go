@@ -55,9 +55,17 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
 	defer removeAll(tmp)
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	if err := extract(ctx, rc, tmp); err != nil {
+	whole := &readWhole{Image: img}
+	rc := mutate.Extract(whole)
+	err = extract(ctx, rc, tmp)
+	if err != nil {
+		whole.abandoned.Store(true)
+	}
+	rc.Close()
+	if err == nil {
+		err = whole.err()
+	}
+	if err != nil {
 		return "", fmt.Errorf("unpack the base %s: %w", digest, err)
 	}
 	if err := os.Rename(tmp, root); err != nil {

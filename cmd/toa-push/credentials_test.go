@@ -19,7 +19,7 @@ func TestHostileDockerConfig(t *testing.T) {
 	target := harness.MemoryRegistry(t)
 	for _, c := range harness.HostileDockerConfigs(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			dir := hostileApp(t, target+"/bases/node:20", target)
+			dir := hostileApp(t, target+"/bases/node:20", target, "")
 			env := []string{"TOA_CACHE=" + t.TempDir(), "HOME=" + t.TempDir(), "DOCKER_CONFIG=" + c.Dir}
 			code, stderr, took, peak := runCapped(t, dir, env, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--timeout", "60s")
 			t.Logf("%s: exit %d in %s, peak %d MiB:\n%s", c.Name, code, took.Round(time.Millisecond), peak>>20, stderr)

@@ -15,12 +15,16 @@ import (
 
 // hostileApp writes an application of one composition without a package.json, on the base of a
 // hostile registry, for linux/amd64 (the base's one platform), pushed to target.
-func hostileApp(t *testing.T, base, target string) string {
+// run, when given, is its registry.build.run: a line that runs in the base, which is then unpacked.
+func hostileApp(t *testing.T, base, target, run string) string {
 	t.Helper()
 	dir := t.TempDir()
+	if run != "" {
+		run = "\n    run: " + run
+	}
 	files := map[string]string{
 		"context.toa.yaml": fmt.Sprintf("name: hostile\nruntime: 1.0.0-alpha.289\nregistry:\n  base: %s\n  platforms: [linux/amd64]\n"+
-			"  build:\n    image: %s\nresources: null\namqp: amqp://rabbitmq\ncompositions:\n  - name: front\n    components: [hostile.a]\n", target, base),
+			"  build:\n    image: %s%s\nresources: null\namqp: amqp://rabbitmq\ncompositions:\n  - name: front\n    components: [hostile.a]\n", target, base, run),
 		"components/hostile.a/manifest.toa.yaml": "operations:\n  get:\n    output: integer\n",
 		"components/hostile.a/get.js":            "exports.get = async () => 1\n",
 	}
@@ -74,32 +78,39 @@ func TestHostileRegistry(t *testing.T) {
 	cases := []struct {
 		mode harness.HostileMode
 		plan bool
+		run  string // registry.build.run
 		code int
 		// words the error has, beyond the registry's address; ADDR stands for it
 		words []string
 	}{
-		{harness.EndlessConfig, true, 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
-		{harness.EndlessConfig, false, 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
-		{harness.BlobRedirectLoop, true, 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
-		{harness.BlobRedirectLoop, false, 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
-		{harness.ManifestRedirectLoop, true, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
-		{harness.ManifestRedirectLoop, false, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
-		{harness.ForgedConfig, true, 1, []string{"from ADDR is not what its digest says", "forged"}},
-		{harness.ForgedConfig, false, 1, []string{"from ADDR is not what its digest says", "forged"}},
-		{harness.ForgedLayer, true, 0, nil}, // a plan reads no layer
-		{harness.ForgedLayer, false, 1, []string{"look for the libc of the base", "from ADDR is not what its digest says", "forged"}},
-		{harness.RedirectToHTTP, true, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
-		{harness.RedirectToHTTP, false, 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
+		{harness.EndlessConfig, true, "", 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
+		{harness.EndlessConfig, false, "", 1, []string{"declares a config of 53687091200 bytes, more than toa-push reads (8 MiB)"}},
+		{harness.BlobRedirectLoop, true, "", 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
+		{harness.BlobRedirectLoop, false, "", 1, []string{"ADDR answered GET /v2/bases/node/blobs/sha256:", "with a redirect more than 10 times", "a redirect loop"}},
+		{harness.ManifestRedirectLoop, true, "", 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
+		{harness.ManifestRedirectLoop, false, "", 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times"}},
+		{harness.ForgedConfig, true, "", 1, []string{"from ADDR is not what its digest says", "forged"}},
+		{harness.ForgedConfig, false, "", 1, []string{"from ADDR is not what its digest says", "forged"}},
+		{harness.ForgedLayer, true, "", 0, nil}, // a plan reads no layer
+		{harness.ForgedLayer, false, "", 1, []string{"look for the libc of the base", "from ADDR is not what its digest says", "forged"}},
+		// a base the work will unpack is read once, unpacked; the unpacker stops at the tar's end,
+		// and reads the rest of the blob for its digest before it keeps the root
+		{harness.ForgedLayer, false, "echo test > /etc/toa-run-test", 1, []string{"unpack the base", "from ADDR is not what its digest says", "forged"}},
+		{harness.RedirectToHTTP, true, "", 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
+		{harness.RedirectToHTTP, false, "", 1, []string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP", "--insecure"}},
 	}
 	for _, c := range cases {
 		name := string(c.mode)
 		if c.plan {
 			name += " --plan"
 		}
+		if c.run != "" {
+			name += ", build.run"
+		}
 		t.Run(name, func(t *testing.T) {
 			hostile := harness.HostileRegistry(t, c.mode)
 			target := harness.MemoryRegistry(t)
-			dir := hostileApp(t, hostile.Ref, target)
+			dir := hostileApp(t, hostile.Ref, target, c.run)
 			cache := t.TempDir()
 			args := []string{"--path", dir, "-k", filepath.Join(dir, "deployment"), "--stall-timeout", "10s", "--resolve-timeout", "20s", "--timeout", "60s"}
 			if c.plan {
@@ -135,6 +146,9 @@ func TestHostileRegistry(t *testing.T) {
 			if data, err := os.ReadFile(libc); err == nil {
 				t.Errorf("the libc cache says %q of the base after a %s", data, c.mode)
 			}
+			if roots, _ := filepath.Glob(filepath.Join(cache, "bases", "roots", "*")); len(roots) > 0 {
+				t.Errorf("an unpacked base is kept after a %s: %v", c.mode, roots)
+			}
 		})
 	}
 }
@@ -148,7 +162,7 @@ func TestHostileRegistryGenuine(t *testing.T) {
 	}
 	hostile := harness.HostileRegistry(t, harness.Genuine)
 	target := harness.MemoryRegistry(t)
-	dir := hostileApp(t, hostile.Ref, target)
+	dir := hostileApp(t, hostile.Ref, target, "")
 	cache := t.TempDir()
 	code, stderr, took, peak := runCapped(t, dir, []string{"TOA_CACHE=" + cache}, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--timeout", "120s")
 	t.Logf("genuine: exit %d in %s, peak %d MiB:\n%s", code, took.Round(time.Millisecond), peak>>20, stderr)

@@ -20,10 +20,12 @@ import (
 // TestBuildInBase pushes an application with a native addon, a postinstall and build.run lines
 // on the Debian bases (Node 18; arm64 under QEMU): in each platform's image the addon is an ELF of
 // that CPU that the image's own node loads, the postinstall's marker is there, and build.run made
-// one layer with its file and the whiteout of the file it removed.
+// one layer with its file and the whiteout of the file it removed. Each base's layer is read
+// once: unpacked, which says its libc too (no look through its layers before).
 func TestBuildInBase(t *testing.T) {
-	addr := harness.Registry(t)
+	addr, rec := harness.RegistryWithLog(t)
 	harness.PushDebianBase(t, addr)
+	rec.Reset()
 	dir := copyApp(t, "native", addr)
 	// TOA_SIGN_KEY would make toa-push sign; the layer package's test covers it
 	t.Setenv("COSIGN_PASSWORD", "secret-password")
@@ -32,6 +34,20 @@ func TestBuildInBase(t *testing.T) {
 	start := time.Now()
 	run := pushUnread(t, dir, cache)
 	t.Logf("first push in %s", time.Since(start))
+	reads := map[string]int{}
+	for _, r := range rec.BlobGets() {
+		if strings.Contains(r.Path, "/bases/") && r.ResponseBytes > 1<<20 {
+			reads[r.Path]++
+		}
+	}
+	if len(reads) != 2 {
+		t.Errorf("the push read %d layers of the bases, want 2 (one a platform): %v", len(reads), reads)
+	}
+	for blob, n := range reads {
+		if n != 1 {
+			t.Errorf("the push read %s %d times, want once", blob, n)
+		}
+	}
 	var ref string
 	for _, img := range run.out.Images {
 		if strings.Contains(img.Name, "addon") {
