@@ -36,7 +36,8 @@ var mountPoints = []struct {
 // into place when whole, so that a root in the cache is never half-written. Entries that would
 // lead out of the root (`..`, absolute or relative links followed while unpacking) stay inside it,
 // as they resolve in the image; devices are skipped, owners are not kept (the runner's user owns
-// everything, mapped to root inside the sandbox). The root is never written after.
+// everything, mapped to root inside the sandbox). Each layer is read to its end, so that its
+// digest is checked before the root is kept (readWhole). The root is never written after.
 func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) {
 	digest, err := img.ConfigName()
 	if err != nil {
