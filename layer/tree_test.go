@@ -73,12 +73,13 @@ func TestIncrementalBumpIsAFreshInstall(t *testing.T) {
 	}
 	f.WriteString("\n;globalThis.tampered = true\n")
 	f.Close()
-	before = inodeOf(t, keptFile(t, root, "lodash/package.json"))
 	forget(false)
 	if again := install("2.1.3"); !slices.Equal(again, fresh) {
 		t.Errorf("over a tampered tree, 2.1.3 gave other layers than npm ci:\n%v\n%v", again, fresh)
 	}
-	if inodeOf(t, keptFile(t, root, "lodash/package.json")) == before {
+	// npm install over the tree would have left lodash as it was: the same version (an inode
+	// compared here was reused by the fresh install's files now and then)
+	if strings.Contains(readString(t, keptFile(t, root, "lodash/lodash.js")), "globalThis.tampered") {
 		t.Error("the tampered tree was installed over")
 	}
 	if !strings.Contains(warnings.String(), "changed since it was kept") {
