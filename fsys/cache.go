@@ -25,6 +25,7 @@ const (
 	Npm                       // npm's own cache (npm --cache), one entry
 	Bases                     // what each base was last resolved to, for --plan offline
 	Libc                      // each base digest's C library
+	BaseRoots                 // each base's root file system, unpacked for the work in it
 	Registries                // which repository of a registry holds which blob, for mounts
 	Extensions                // the extensions' answers, with the fingerprints of their packages
 	Runner                    // what the runner's node says of itself
@@ -60,6 +61,8 @@ var caches = [cacheCount]cacheInfo{
 		"sha256 of the base's reference", 1 << 20, true},
 	Libc: {"libc", "sha256-*", "each base's C library (glibc or musl)",
 		"the base's digest", 64, true},
+	BaseRoots: {"bases/roots", "sha256-*", "each base's root file system, unpacked for what runs in it (build.run lines, install scripts)",
+		"the base's config digest", 0, true},
 	Registries: {"registries", "*.blobs", "which repository of a registry holds which blob (for mounts)",
 		"the registry's host", 16 << 20, true},
 	Extensions: {"extensions", "*.json", "the extensions' answers and the fingerprints of their packages",
@@ -71,8 +74,8 @@ var caches = [cacheCount]cacheInfo{
 }
 
 // folders reports whether the cache's entries are folders, each one entry removed whole, used
-// when the folder itself was last modified (made).
-func (c Cache) folders() bool { return c == Trees }
+// when the folder itself was last modified (made, or touched when used).
+func (c Cache) folders() bool { return c == Trees || c == BaseRoots }
 
 // Caches are every cache, in the order of the table.
 func Caches() []Cache {

@@ -241,3 +241,43 @@ func TestPruneTreesAndParts(t *testing.T) {
 		t.Errorf("report: before %d after %d, %d removed", report.Before, report.After, len(report.Removed))
 	}
 }
+
+// TestPruneBaseRoots: an unpacked base is one entry of the size its FolderSizeFile says, removed
+// whole, the least recently used first.
+func TestPruneBaseRoots(t *testing.T) {
+	root := t.TempDir()
+	now := time.Now()
+	entry := func(name, size string, used time.Duration) string {
+		t.Helper()
+		dir := BaseRoots.Path(root, name)
+		if err := os.MkdirAll(filepath.Join(dir, "root", "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "root", "etc", "a"), []byte("a"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, FolderSizeFile), []byte(size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(-used)
+		if err := os.Chtimes(dir, at, at); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	old := entry("sha256-old", "400000000", 48*time.Hour)
+	young := entry("sha256-young", "400000000", time.Hour)
+	report, err := Prune(context.Background(), root, 500_000_000, now.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("the least recently used base is still there: %v", err)
+	}
+	if _, err := os.Stat(young); err != nil {
+		t.Errorf("the base used an hour ago is gone: %v", err)
+	}
+	if report.Before != 800_000_000 || report.After != 400_000_000 {
+		t.Errorf("before %d, after %d", report.Before, report.After)
+	}
+}
