@@ -55,6 +55,17 @@ func (n *npmLayers) CheckBase(ctx context.Context, work layer.BaseWork, t Target
 	return layer.CheckBase(ctx, work, platformOf(t), n.with(t)...)
 }
 
+// CheckRunner says what the runner lacks to run the install scripts of one platform inside its
+// base whatever its libc, before it is unpacked.
+func (n *npmLayers) CheckRunner(ctx context.Context, work layer.BaseWork, t Target) error {
+	return layer.CheckRunner(ctx, work, platformOf(t), n.with(t)...)
+}
+
+// InBaseWhateverLibc says whether the work of one platform runs inside its base whatever its libc.
+func (n *npmLayers) InBaseWhateverLibc(ctx context.Context, work layer.BaseWork, t Target) (bool, error) {
+	return layer.InBaseWhateverLibc(ctx, work, platformOf(t), n.with(t)...)
+}
+
 func (n *npmLayers) with(t Target) []layer.Option {
 	opts := append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
 	if t.Base != nil {

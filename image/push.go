@@ -117,9 +117,11 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 	for k, i := range missing {
 		toBuild[k] = plan.images[i]
 	}
-	if err := b.checkBases(ctx, toBuild); err != nil {
+	stopUnpacking, err := b.checkBases(ctx, toBuild)
+	if err != nil {
 		return nil, err
 	}
+	defer stopUnpacking()
 	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
 		return b.build(ctx, plan.images[i], result.Images[i])
@@ -198,10 +200,10 @@ type builder struct {
 	libc map[string]*libcLook // base digest → its libc, looked for once
 }
 
-// libcLook is the look for one base's libc: each digest's once, different digests at once (each
-// reads its base's layers).
+// libcLook is the look for one base's libc: each digest's once, by whoever asks first or by
+// unpackBases, different digests at once (each reads its base's layers).
 type libcLook struct {
-	once sync.Once
+	done chan struct{} // closed once libc and err are set
 	libc string
 	err  error
 }
@@ -378,7 +380,7 @@ func platformJobs(platforms int) int {
 // with ctx, which outlives the build: the image reads the base's layers again when it is pushed;
 // the work (npm, the scripts in the base) runs with work, cancelled when another platform fails.
 func (b *builder) platformDependencies(ctx, work context.Context, src *registry.Registries, img *Image, global []string, platform string) (v1.Image, Target, error) {
-	base, target, err := b.base(ctx, src, img, platform, layer.BaseWork{})
+	base, target, err := b.base(ctx, src, img, platform)
 	if err != nil {
 		return nil, Target{}, err
 	}
@@ -438,28 +440,39 @@ func (b *builder) sourceLayerBudget(deps *depsImages) int {
 }
 
 // base reads the base image of one platform, from where it was resolved (its mirror, if it has
-// one), and what the install must know of it. Its layers are read only when the destination
-// lacks them. work is what the build will do in that base as far as it is known (checkBases),
-// the zero BaseWork where it is not: a base that the work will unpack anyway says its libc from
-// what was unpacked (libcOf).
-func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string, work layer.BaseWork) (v1.Image, Target, error) {
-	resolved, err := reg.Reference(img.base.Source)
+// one), and what the install must know of it, its libc too. Its layers are read only when the
+// destination lacks them.
+func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image, platform string) (v1.Image, Target, error) {
+	target, digest, err := b.readBase(ctx, reg, img, platform)
 	if err != nil {
 		return nil, Target{}, err
+	}
+	if target.Libc, err = b.libcOf(ctx, target, digest, layer.BaseWork{}); err != nil {
+		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
+	}
+	return target.Base, target, nil
+}
+
+// readBase reads the manifest and config of the base of one platform: the target without its
+// libc, and the manifest's digest.
+func (b *builder) readBase(ctx context.Context, reg *registry.Registries, img *Image, platform string) (Target, string, error) {
+	resolved, err := reg.Reference(img.base.Source)
+	if err != nil {
+		return Target{}, "", err
 	}
 	digest := img.base.Platforms[platform]
 	ref := resolved.Context().Digest(digest)
 	need := fmt.Sprintf("to build the dependencies of %s for %s", img.Name, platform)
 	base, err := reg.Image(ctx, ref)
 	if err != nil {
-		return nil, Target{}, registry.Wrap(img.base.String(), need, err)
+		return Target{}, "", registry.Wrap(img.base.String(), need, err)
 	}
 	if base, err = baseAsOCI(base, fmt.Sprintf("%s for %s", img.base, platform)); err != nil {
-		return nil, Target{}, err
+		return Target{}, "", err
 	}
 	cfg, err := base.ConfigFile()
 	if err != nil {
-		return nil, Target{}, registry.Wrap("the config of "+img.base.String(), need, err)
+		return Target{}, "", registry.Wrap("the config of "+img.base.String(), need, err)
 	}
 	p := *cfg.Platform()
 	if p.Variant == "" { // a config may leave it out; the base's index said which it is
@@ -467,29 +480,51 @@ func (b *builder) base(ctx context.Context, reg *registry.Registries, img *Image
 			p.Variant = parsed.Variant
 		}
 	}
-	target := Target{Platform: p, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}
-	if target.Libc, err = b.libcOf(ctx, target, digest, work); err != nil {
-		return nil, Target{}, fmt.Errorf("look for the libc of the base %s for %s: %w", img.Base, platform, err)
-	}
-	return base, target, nil
+	return Target{Platform: p, NodeVersion: envOf(cfg, "NODE_VERSION"), Base: base}, digest, nil
 }
 
 // libcOf finds the base's libc once per digest: musl when it holds musl's loader
-// (layer.IsMuslLoader), else glibc. The answer is kept under the cache dir: a digest never
-// changes.
+// (layer.IsMuslLoader), else glibc. work is what the build will do in that base as far as it is
+// known (checkBases), the zero BaseWork where it is not: a base that the work will unpack anyway
+// says its libc from what was unpacked. A digest that another caller, or unpackBases, is looking
+// at is waited for. The answer is kept under the cache dir: a digest never changes.
 func (b *builder) libcOf(ctx context.Context, t Target, digest string, work layer.BaseWork) (string, error) {
 	if b.opts.Libc != "" {
 		return b.opts.Libc, nil
 	}
+	if b.claimLibc(digest) {
+		b.learnLibc(ctx, t, digest, work)
+	}
 	b.mu.Lock()
 	look := b.libc[digest]
-	if look == nil {
-		look = &libcLook{}
-		b.libc[digest] = look
-	}
 	b.mu.Unlock()
-	look.once.Do(func() { look.libc, look.err = b.lookForLibc(ctx, t, digest, work) })
-	return look.libc, look.err
+	select {
+	case <-look.done:
+		return look.libc, look.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// claimLibc says whether the caller is the first to ask for the libc of digest, and must then
+// learn it (learnLibc); the others wait for it.
+func (b *builder) claimLibc(digest string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.libc[digest] != nil {
+		return false
+	}
+	b.libc[digest] = &libcLook{done: make(chan struct{})}
+	return true
+}
+
+// learnLibc looks for the libc of the digest claimed (claimLibc) and tells those waiting.
+func (b *builder) learnLibc(ctx context.Context, t Target, digest string, work layer.BaseWork) {
+	b.mu.Lock()
+	look := b.libc[digest]
+	b.mu.Unlock()
+	look.libc, look.err = b.lookForLibc(ctx, t, digest, work)
+	close(look.done)
 }
 
 // baseUnpacker is Layers that unpack a base for the work in it when that work runs there

@@ -132,7 +132,7 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 	var images []v1.Image
 	var targets []Target
 	for _, platform := range img.Platforms {
-		base, target, err := b.base(ctx, src, img, platform, layer.BaseWork{})
+		base, target, err := b.base(ctx, src, img, platform)
 		if err != nil {
 			return err
 		}

@@ -49,18 +49,14 @@ func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) e
 			return err
 		}
 		if in.skipScripts() {
-			what = "the install scripts of " + strings.Join(work.Scripts, ", ")
+			what = scriptsWork(work)
 		}
 	}
 	if what == "" {
 		return nil
 	}
-	platform := platformName(p)
-	if err := sandbox.Check(platform); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := sandbox.CheckUserNamespaces(ctx, platform); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	if err := checkRunner(ctx, what, p); err != nil {
+		return err
 	}
 	if !shell {
 		return nil
@@ -70,6 +66,76 @@ func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) e
 		return err
 	}
 	return hasShell(root, work.Shell, p)
+}
+
+// CheckRunner is CheckBase for the install scripts of work that runs in the base of p whatever
+// its libc (InBaseWhateverLibc), before the base is unpacked and its libc known (p.Libc is not
+// read): the emulator of a foreign CPU and user namespaces, in CheckBase's words. build.run
+// lines are CheckBase's once the libc is known: whether their layer is cached depends on it.
+func CheckRunner(ctx context.Context, work BaseWork, p Platform, opts ...Option) error {
+	o, err := newOptions(opts)
+	if err != nil || o.base == nil || len(work.Scripts) == 0 {
+		return err
+	}
+	inBase, err := o.scriptsInBaseWhateverLibc(ctx, p)
+	if err != nil || !inBase {
+		return err
+	}
+	return checkRunner(ctx, scriptsWork(work), p)
+}
+
+// checkRunner says what this runner lacks to run what in a base of p: the emulator of a foreign
+// CPU, user namespaces.
+func checkRunner(ctx context.Context, what string, p Platform) error {
+	platform := platformName(p)
+	if err := sandbox.Check(platform); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := sandbox.CheckUserNamespaces(ctx, platform); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func scriptsWork(work BaseWork) string {
+	return "the install scripts of " + strings.Join(work.Scripts, ", ")
+}
+
+// InBaseWhateverLibc says whether the work of p (WithBase) runs in its base whatever the base's
+// libc (p.Libc is not read): it has build.run lines, or install scripts for an OS, a CPU or a
+// Node major that is not the runner's. Such a base is unpacked whatever it holds, so its libc is
+// read in the unpacked root (UnpackBase), not looked for in its layers first.
+func InBaseWhateverLibc(ctx context.Context, work BaseWork, p Platform, opts ...Option) (bool, error) {
+	o, err := newOptions(opts)
+	if err != nil || o.base == nil {
+		return false, err
+	}
+	return o.inBaseWhateverLibc(ctx, work, p)
+}
+
+func (o *options) inBaseWhateverLibc(ctx context.Context, work BaseWork, p Platform) (bool, error) {
+	if len(work.Shell) > 0 {
+		return true, nil
+	}
+	if len(work.Scripts) == 0 {
+		return false, nil
+	}
+	return o.scriptsInBaseWhateverLibc(ctx, p)
+}
+
+// scriptsInBaseWhateverLibc is whether npm skips the install scripts for p whatever the base's
+// libc, so that they run in the base.
+func (o *options) scriptsInBaseWhateverLibc(ctx context.Context, p Platform) (bool, error) {
+	r, err := o.runner(ctx)
+	if err != nil {
+		return false, err
+	}
+	p.Libc = r.Libc // the libc aside: does the rest of p make the install a foreign one?
+	in, err := o.newInstall(ctx, p)
+	if err != nil {
+		return false, err
+	}
+	return in.skipScripts(), nil
 }
 
 // LockedScripts are the packages c's lockfile (npm-shrinkwrap.json, else package-lock.json)
@@ -117,33 +183,19 @@ func LockedScripts(c *toa.Component) ([]string, error) {
 // for it in an unpacked root (sandbox.Libc): a look in a base's layers says the same of it.
 func IsMuslLoader(name string) bool { return sandbox.IsMuslLoader(name) }
 
-// UnpackBase unpacks the base of p (WithBase) when the work of p will run in it whatever the
-// base's libc, and says that libc from the root it unpacked (sandbox.Libc): one pass over the
-// base's layers, where a look for the libc first reads them all once more (seconds for a base of
-// hundreds of MB). The work runs in the base whatever its libc when it has build.run lines, or
-// install scripts for an OS, a CPU or a Node major that is not the runner's. ok is false, and
-// nothing is unpacked, otherwise: the libc decides then whether the base is needed at all.
+// UnpackBase unpacks the base of p (WithBase) when the work of p runs in it whatever the base's
+// libc (InBaseWhateverLibc), and says that libc from the root it unpacked (sandbox.Libc): one
+// pass over the base's layers, where a look for the libc first reads them all once more (seconds
+// for a base of hundreds of MB). ok is false, and nothing is unpacked, otherwise: the libc decides
+// then whether the base is needed at all.
 func UnpackBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) (libc string, ok bool, err error) {
 	o, err := newOptions(opts)
 	if err != nil || o.base == nil {
 		return "", false, err
 	}
-	if len(work.Shell) == 0 {
-		if len(work.Scripts) == 0 {
-			return "", false, nil
-		}
-		r, err := o.runner(ctx)
-		if err != nil {
-			return "", false, err
-		}
-		p.Libc = r.Libc // the libc aside: does the rest of p make the install a foreign one?
-		in, err := o.newInstall(ctx, p)
-		if err != nil {
-			return "", false, err
-		}
-		if !in.skipScripts() {
-			return "", false, nil
-		}
+	inBase, err := o.inBaseWhateverLibc(ctx, work, p)
+	if err != nil || !inBase {
+		return "", false, err
 	}
 	root, _, err := o.baseRoot(ctx)
 	if err != nil {

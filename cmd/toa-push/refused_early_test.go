@@ -15,7 +15,9 @@ import (
 
 // TestRefusedBeforeInstall: an application whose only work in a base is a dependency's install
 // script (its lockfile says hasInstallScript), for arm64 on a runner with no emulator registered,
-// is refused before npm installs anything and before the registry is sent a blob, in seconds.
+// is refused before npm installs anything, before the registry is sent a blob and before a layer
+// of a base is read (the emulator and user namespaces are checked before the bases unpack), in
+// seconds.
 func TestRefusedBeforeInstall(t *testing.T) {
 	addr, rec := harness.RegistryWithLog(t)
 	harness.PushDebianBase(t, addr)
@@ -48,6 +50,11 @@ func TestRefusedBeforeInstall(t *testing.T) {
 	}
 	if n := len(rec.BlobUploads()); n != 0 {
 		t.Errorf("the refused push uploaded %d blobs", n)
+	}
+	for _, r := range rec.BlobGets() {
+		if strings.Contains(r.Path, "/bases/") && r.ResponseBytes > 1<<20 {
+			t.Errorf("the refused push read a layer of a base first: %s (%d bytes)", r.Path, r.ResponseBytes)
+		}
 	}
 	asked, _ := os.ReadFile(calls)
 	for _, line := range strings.Split(string(asked), "\n") {
