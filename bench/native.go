@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -298,29 +297,18 @@ func keepTimelineLine(l string) bool {
 	return false
 }
 
-// buildahPull empties buildah's storage as prepareBuildah does, the bases of this item too
-// (prepareBuildah keeps the images of bases/debian-node, which item 1's base shares), and pulls
-// base for the platforms: how long the pull took, the emptying left out.
+// buildahPull empties buildah's storage of all but item 1's base (bases/debian-node:bench),
+// this item's bases pulled by earlier runs from registries at other ports too (their layers would
+// make the pull a look-up), and pulls base for the platforms: how long the pull took.
 func (b *bench) buildahPull(base string, platforms []string) (time.Duration, error) {
-	buildah := func(args ...string) *exec.Cmd { return exec.Command(b.buildah[0], append(b.buildah[1:], args...)...) }
-	_ = buildah("rm", "--all").Run()
-	repo := base[:strings.LastIndex(base, ":")]
-	out, _ := buildah("images", "--noheading", "--format", "{{.ID}} {{.Name}}").Output()
-	var ours []string
-	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[1] == repo {
-			ours = append(ours, f[0])
-		}
-	}
-	if len(ours) > 0 {
-		if out, err := buildah(append([]string{"rmi", "--force"}, ours...)...).CombinedOutput(); err != nil {
-			return 0, fmt.Errorf("buildah rmi %s: %v\n%s", repo, err, out)
-		}
-	}
+	item1 := strings.Split(debianBase, ":")
+	b.emptyBuildah(func(name, tag string) bool {
+		return strings.HasSuffix(name, "/"+item1[0]) && tag == item1[1]
+	})
 	saved, savedPlatforms := b.debian, b.debianPlatforms
 	defer func() { b.debian, b.debianPlatforms = saved, savedPlatforms }()
 	b.debian, b.debianPlatforms = base, platforms
 	start := time.Now()
-	err := b.prepareBuildah()
+	err := b.pullBuildah()
 	return time.Since(start), err
 }

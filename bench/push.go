@@ -184,12 +184,20 @@ func (b *bench) peerRunsMulti() int {
 // prepareBuildah empties buildah's storage of earlier runs' images but the base, and pulls the
 // base, so that every buildah run starts with the base at hand, as a runner that used it before.
 func (b *bench) prepareBuildah() error {
+	// item 1's base stays: pulled once, it is in buildah's storage before every run
+	b.emptyBuildah(func(name, _ string) bool { return strings.Contains(name, "/"+strings.Split(debianBase, ":")[0]) })
+	return b.pullBuildah()
+}
+
+// emptyBuildah removes buildah's containers and every image but those keep says to keep (by
+// repository and tag), then the layers no image uses.
+func (b *bench) emptyBuildah(keep func(name, tag string) bool) {
 	buildah := func(args ...string) *exec.Cmd { return exec.Command(b.buildah[0], append(b.buildah[1:], args...)...) }
 	_ = buildah("rm", "--all").Run() // an empty storage says so and fails
-	out, _ := buildah("images", "--noheading", "--format", "{{.ID}} {{.Name}}").Output()
+	out, _ := buildah("images", "--noheading", "--format", "{{.ID}} {{.Name}} {{.Tag}}").Output()
 	var stale []string
 	for _, line := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && !strings.Contains(f[1], "/"+strings.Split(debianBase, ":")[0]) {
+		if f := strings.Fields(line); len(f) == 3 && !keep(f[1], f[2]) {
 			stale = append(stale, f[0])
 		}
 	}
@@ -197,6 +205,11 @@ func (b *bench) prepareBuildah() error {
 		_ = buildah(append([]string{"rmi", "--force"}, stale...)...).Run()
 	}
 	_ = buildah("rmi", "--prune").Run()
+}
+
+// pullBuildah pulls b.debian for b.debianPlatforms into buildah's storage.
+func (b *bench) pullBuildah() error {
+	buildah := func(args ...string) *exec.Cmd { return exec.Command(b.buildah[0], append(b.buildah[1:], args...)...) }
 	// the runner's own platform last: buildah's local name of the base is the last one pulled,
 	// and a build for another platform pulls its own (from the blobs it already has)
 	platforms := append([]string(nil), b.debianPlatforms...)
