@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -163,6 +164,9 @@ func (b *bench) measure(dir string, env []string, logName string, argv ...string
 	defer logFile.Close()
 	cmd.Stdout = &stdout
 	cmd.Stderr = logFile
+	// what the last command wrote (hundreds of MB of unpacked bases, buildah's images) is on the
+	// disk before this one starts, so that its writeback is not in this command's time
+	syscall.Sync()
 	start := time.Now()
 	err = cmd.Run()
 	wall := time.Since(start)
