@@ -136,15 +136,19 @@ func (b *bench) native() error {
 	fmt.Println()
 	if p, ok := rows["buildah"]; ok {
 		t := rows["toa-push"]
-		x := t["first"].wall.Seconds() / p["first"].wall.Seconds()
-		fmt.Printf("- First push: %.2f× buildah's time (target ≤ 0.5×): %s.\n", x, verdict(x <= 0.5))
-		x = warm.wall.Seconds() / p["first"].wall.Seconds()
-		fmt.Printf("- First push with the bases unpacked before: %.2f× buildah's time (target ≤ 0.5×): %s.\n", x, verdict(x <= 0.5))
+		// the first push compared where both tools start from the same place: neither has the
+		// bases (a fresh runner: toa-push unpacks them, buildah pulls them into its storage), or
+		// both have them (a runner that keeps its cache: unpacked, in buildah's storage)
 		cold := p["first"].wall.Seconds() + buildahPull.Seconds()
-		x = t["first"].wall.Seconds() / cold
-		fmt.Printf("- Cold on both sides: buildah's pull of the bases into its emptied storage took %s (both platforms), so its first push "+
-			"from nothing took %s; toa-push's cold push (which unpacks the bases) is %.2f× that (target ≤ 0.5×): %s.\n",
+		x := t["first"].wall.Seconds() / cold
+		fmt.Printf("- First push, neither tool with the bases (toa-push unpacks them; buildah's pull of them into its emptied storage took %s, "+
+			"its first push from nothing %s): %.2f× buildah's time (target ≤ 0.5×): %s.\n",
 			secs(buildahPull.Seconds()), secs(cold), x, verdict(x <= 0.5))
+		x = warm.wall.Seconds() / p["first"].wall.Seconds()
+		fmt.Printf("- First push, both with the bases (toa-push's unpacked, buildah's in its storage): %.2f× buildah's time (target ≤ 0.5×): %s.\n",
+			x, verdict(x <= 0.5))
+		x = t["first"].wall.Seconds() / p["first"].wall.Seconds()
+		fmt.Printf("- Across the two (toa-push without the bases, buildah with them, the table's first row): %.2f× buildah's time.\n", x)
 		fmt.Printf("- buildah's dependencies image (npm i for both platforms, arm64 under QEMU), from its build log: %s on the first push, "+
 			"%s on the code change, %s with no change (0: not built).\n", secs(depsBuild["first"]), secs(depsBuild["code"]), secs(depsBuild["nochange"]))
 	}
