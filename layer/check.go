@@ -68,14 +68,27 @@ func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) e
 	return hasShell(root, work.Shell, p)
 }
 
-// CheckRunner is CheckBase for the install scripts of work that runs in the base of p whatever
-// its libc (InBaseWhateverLibc), before the base is unpacked and its libc known (p.Libc is not
-// read): the emulator of a foreign CPU and user namespaces, in CheckBase's words. build.run
-// lines are CheckBase's once the libc is known: whether their layer is cached depends on it.
+// CheckRunner is CheckBase for work that runs in the base of p whatever its libc
+// (InBaseWhateverLibc), before the base is unpacked and its libc known (p.Libc is not read): the
+// emulator of a foreign CPU and user namespaces, in CheckBase's words. build.run lines whose
+// layer the cache holds under neither libc need them whatever the libc; the base's /bin/sh is
+// CheckBase's, once the base is unpacked.
 func CheckRunner(ctx context.Context, work BaseWork, p Platform, opts ...Option) error {
 	o, err := newOptions(opts)
-	if err != nil || o.base == nil || len(work.Scripts) == 0 {
+	if err != nil || o.base == nil {
 		return err
+	}
+	if len(work.Shell) > 0 {
+		cached, err := o.runCachedWhateverLibc(work.Shell, p)
+		if err != nil {
+			return err
+		}
+		if !cached {
+			return checkRunner(ctx, fmt.Sprintf("`%s`", work.Shell[0]), p)
+		}
+	}
+	if len(work.Scripts) == 0 {
+		return nil
 	}
 	inBase, err := o.scriptsInBaseWhateverLibc(ctx, p)
 	if err != nil || !inBase {
@@ -206,4 +219,20 @@ func UnpackBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) 
 		return "", false, fmt.Errorf("look for the libc of the unpacked base: %w", err)
 	}
 	return libc, true, nil
+}
+
+// runCachedWhateverLibc says whether the cache holds the layer of lines for p under one libc or
+// the other: when it does not, they run in the base whichever it is.
+func (o *options) runCachedWhateverLibc(lines []string, p Platform) (bool, error) {
+	for _, libc := range []string{"glibc", "musl"} {
+		p.Libc = libc
+		k, _, err := o.runKey(lines, p, false)
+		if err != nil {
+			return false, err
+		}
+		if o.lookup("run", k) != nil {
+			return true, nil
+		}
+	}
+	return false, nil
 }

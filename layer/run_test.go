@@ -2,6 +2,7 @@ package layer
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
 func TestSplitLines(t *testing.T) {
@@ -89,4 +91,28 @@ func mutateEmpty(t *testing.T) v1.Image {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// TestCheckRunnerRunCached: before the base's libc is known, build.run lines for a CPU the runner
+// has no emulator for are refused unless their layer is cached under one libc or the other.
+func TestCheckRunnerRunCached(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the test emulates arm64 on an amd64 runner")
+	}
+	base := debianbase.Image(t, "arm64")
+	cache := t.TempDir()
+	lines := []string{"echo test > /etc/toa-run-test"}
+	if _, err := Run(t.Context(), lines, Platform{OS: "linux", Architecture: "arm64", Libc: "glibc"}, WithCacheDir(cache), WithBase(base)); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(sandbox.BinfmtEnv, t.TempDir()) // no emulator from here on
+	p := Platform{OS: "linux", Architecture: "arm64"}
+	if err := CheckRunner(t.Context(), BaseWork{Shell: lines}, p, WithCacheDir(cache), WithBase(base)); err != nil {
+		t.Errorf("the cached lines: %v", err)
+	}
+	err := CheckRunner(t.Context(), BaseWork{Shell: []string{"echo other > /etc/toa-run-test"}}, p, WithCacheDir(cache), WithBase(base))
+	var runner *sandbox.RunnerError
+	if !errors.As(err, &runner) || !strings.Contains(err.Error(), "`echo other > /etc/toa-run-test`: cannot build for linux/arm64 inside its base on this runner: no emulator for arm64") {
+		t.Errorf("lines not cached: %v, want the emulator refusal naming the line", err)
+	}
 }
