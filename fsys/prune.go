@@ -122,13 +122,34 @@ func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneR
 		if err := ctx.Err(); err != nil {
 			return report, err
 		}
-		if err := os.RemoveAll(e.Path); err != nil {
+		removed, err := removeUnheld(e.Path)
+		if err != nil {
 			return report, fmt.Errorf("prune the cache: %w", err)
+		}
+		if !removed {
+			report.Kept++ // another run is using it (Holds)
+			continue
 		}
 		report.After -= e.Size
 		report.Removed = append(report.Removed, e)
 	}
 	return report, nil
+}
+
+// removeUnheld removes the entry at path unless it is a folder a run holds (Holds): the folder
+// is locked for the removal, so that no run takes it meanwhile.
+func removeUnheld(path string) (bool, error) {
+	if info, err := os.Lstat(path); err == nil && info.IsDir() {
+		busy, unlock, err := lockToRemove(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+		defer unlock()
+		if busy {
+			return false, nil
+		}
+	}
+	return true, os.RemoveAll(path)
 }
 
 // entries lists the cache's entries under root, with the leftovers of interrupted writes.

@@ -50,6 +50,7 @@ type options struct {
 	base        v1.Image
 	npmRebuild  bool        // the scripts in the base run by `npm rebuild`, even where runscript.js can (tests)
 	prefetched  *baseFuture // the base being unpacked while npm installs (prefetchBase)
+	holds       *fsys.Holds // the unpacked bases in use, which other runs' prunes leave (WithHolds)
 }
 
 // WithCacheDir sets the cache's root folder. Default: $TOA_CACHE, else $HOME/.cache/toa-deploy.
@@ -111,6 +112,10 @@ func WithNpmConfig(config map[string]string) Option {
 		}
 	}
 }
+
+// WithHolds holds every base unpacked for the work with holds (fsys.Holds), until the caller
+// releases them: another run that prunes the cache meanwhile leaves them.
+func WithHolds(holds *fsys.Holds) Option { return func(o *options) { o.holds = holds } }
 
 // WithWarnings receives what deserves the user's attention but does not stop the build: an
 // install without a lockfile, npm's own warnings, an argument not set. Default: dropped.

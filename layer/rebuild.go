@@ -333,7 +333,7 @@ func (o *options) unpackBase(ctx context.Context) (string, *v1.ConfigFile, error
 	if err != nil {
 		return "", nil, fmt.Errorf("read the base's config: %w", err)
 	}
-	root, err := sandbox.Unpack(ctx, o.base, filepath.Join(o.cacheRoot, "bases"))
+	root, err := sandbox.UnpackHeld(ctx, o.base, filepath.Join(o.cacheRoot, "bases"), o.holds)
 	if err != nil {
 		return "", nil, err
 	}

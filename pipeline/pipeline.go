@@ -141,7 +141,7 @@ func newOptions(opts []Option) (*options, error) {
 	}
 	if o.layers == nil {
 		o.layers = func(p *Planned) image.Layers {
-			opts := []layer.Option{layer.WithCacheDir(o.cacheDir), layer.WithWarnings(o.warn), layer.WithEpoch(p.epoch)}
+			opts := []layer.Option{layer.WithCacheDir(o.cacheDir), layer.WithWarnings(o.warn), layer.WithEpoch(p.epoch), layer.WithHolds(p.holds)}
 			if o.compression != "" {
 				opts = append(opts, layer.WithCompression(o.compression))
 			}

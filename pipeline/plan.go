@@ -14,6 +14,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/extension"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/manifest"
@@ -36,6 +37,7 @@ type Planned struct {
 	epoch     time.Time
 	bases     map[string]*image.Base
 	cacheDir  string
+	holds     *fsys.Holds // the unpacked bases Push uses (nil: none held)
 }
 
 // resolveJobs is how many bases are resolved at once.

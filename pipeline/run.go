@@ -10,6 +10,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/manifest"
 )
@@ -51,6 +52,9 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	// the bases unpacked for this push stay while it runs, whatever another run prunes
+	p.holds = fsys.NewHolds()
+	defer p.holds.Release()
 	result, err := image.Push(ctx, p.App, p.Plan, image.PushOptions{
 		Registries:  o.registries,
 		Destination: dest,

@@ -43,6 +43,12 @@ var mountPoints = []struct {
 // read to its end, so that its digest is checked before the root is kept (openLayer). The root
 // is never written after.
 func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) {
+	return UnpackHeld(ctx, img, cacheDir, nil)
+}
+
+// UnpackHeld is Unpack, with the root's entry in the cache held by holds (fsys.Holds) until
+// they are released, so that another run's prune of the cache leaves it while it is used.
+func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.Holds) (string, error) {
 	digest, err := img.ConfigName()
 	if err != nil {
 		return "", fmt.Errorf("read the base's config digest: %w", err)
@@ -51,9 +57,41 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 	entry := filepath.Join(roots, digest.Algorithm+"-"+digest.Hex)
 	root := filepath.Join(entry, "root")
 	if _, err := os.Stat(root); err == nil {
-		fsys.Touch(entry) // used now: the cache's bound removes the least recently used first
-		return root, nil
+		err := hold(holds, entry, root)
+		if err == nil {
+			fsys.Touch(entry) // used now: the cache's bound removes the least recently used first
+			return root, nil
+		}
+		if !errors.Is(err, fsys.ErrGone) {
+			return "", err
+		}
+		// another run's prune removed it meanwhile: unpacked again below
 	}
+	root, err = unpack(ctx, img, roots, entry)
+	if err != nil {
+		return "", err
+	}
+	return root, hold(holds, entry, root)
+}
+
+// hold holds the entry of root, and says ErrGone when the root is not in it once held.
+func hold(holds *fsys.Holds, entry, root string) error {
+	if err := holds.Hold(entry); err != nil {
+		return fmt.Errorf("the unpacked base %s: %w", entry, err)
+	}
+	if _, err := os.Stat(root); err != nil {
+		return fmt.Errorf("the unpacked base %s: %w", entry, fsys.ErrGone)
+	}
+	return nil
+}
+
+// unpack unpacks img as entry's root, whole or not at all.
+func unpack(ctx context.Context, img v1.Image, roots, entry string) (string, error) {
+	digest, err := img.ConfigName()
+	if err != nil {
+		return "", fmt.Errorf("read the base's config digest: %w", err)
+	}
+	root := filepath.Join(entry, "root")
 	if err := os.MkdirAll(roots, 0o755); err != nil {
 		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}

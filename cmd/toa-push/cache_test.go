@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,5 +100,66 @@ func TestRunPrunesTheCache(t *testing.T) {
 	resolved, _ := filepath.Glob(filepath.Join(root, "bases", "*.json"))
 	if len(resolved) != 1 {
 		t.Errorf("the base the run resolved is not kept: %v", resolved)
+	}
+}
+
+// TestPruneLeavesABaseInUse: two runs share a cache; one prunes it to nothing (TOA_CACHE_MAX=0)
+// while the other builds inside the bases it unpacked there. The prune leaves those bases, and the
+// build finishes; once it has ended, the next prune removes them.
+func TestPruneLeavesABaseInUse(t *testing.T) {
+	addr := harness.Registry(t)
+	harness.PushDebianBase(t, addr)
+	dir := copyApp(t, "native", addr)
+	cache := t.TempDir()
+	t.Setenv("TOA_CACHE", cache)
+	push := exec.Command(binary, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"))
+	push.Env = append(os.Environ(), "TOA_ENV=", "CI=true")
+	var pushErr bytes.Buffer
+	push.Stderr = &pushErr
+	if err := push.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- push.Wait() }()
+	roots := func() []string {
+		found, _ := filepath.Glob(filepath.Join(cache, "bases", "roots", "sha256-*", "root"))
+		return found
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(roots()) < 2 {
+		select {
+		case err := <-done:
+			t.Fatalf("the push ended (%v) before both bases were unpacked:\n%s", err, pushErr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bases were not unpacked in 2 minutes:\n%s", pushErr.String())
+		}
+	}
+	inUse := roots()
+	t.Setenv("TOA_CACHE_MAX", "0")
+	code, stdout, stderr := run(t, cache, "--prune-cache", "-o", "json")
+	if code != 0 {
+		t.Fatalf("the prune exited %d:\n%s", code, stderr)
+	}
+	for _, root := range inUse {
+		if !exists(root) {
+			t.Errorf("the prune removed %s, which the push was using:\n%s", root, stdout)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the push failed beside the prune: %v\n%s", err, pushErr.String())
+		}
+	case <-time.After(5 * time.Minute):
+		push.Process.Kill()
+		t.Fatalf("the push did not end in 5 minutes:\n%s", pushErr.String())
+	}
+	if code, _, stderr := run(t, cache, "--prune-cache"); code != 0 {
+		t.Fatalf("the second prune exited %d:\n%s", code, stderr)
+	}
+	if left := roots(); len(left) != 0 {
+		t.Errorf("the prune after the push left %v", left)
 	}
 }
