@@ -30,6 +30,9 @@ func Init() {
 		os.Exit(0)
 	}
 	if err := s.enter(); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			fail(gonePrefix+"%v", err)
+		}
 		fail("%v", err)
 	}
 	os.Exit(s.run())
@@ -44,6 +47,10 @@ const initPrefix = "toa-push sandbox: "
 // refusedPrefix begins what an init says when the kernel refused it overlayfs: Run then runs
 // the command on a private copy of the root.
 const refusedPrefix = "overlayfs refused: "
+
+// gonePrefix begins what an init says when a folder it mounts or binds is not there: the kernel
+// is not the cause, something removed part of the cache (or of the install folder) meanwhile.
+const gonePrefix = "gone: "
 
 func fail(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, initPrefix+format+"\n", args...)

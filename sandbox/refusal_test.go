@@ -58,14 +58,29 @@ func TestUserNamespacesRefused(t *testing.T) {
 	}
 }
 
-// TestSetupFailure: an init that cannot set the sandbox up (here: no root to lay the overlay
-// over) is the runner's error, with the init's words, not the command's exit status.
+// TestSetupFailure: an init that cannot set the sandbox up is the runner's error, with the
+// init's words, not the command's exit status, and the hint its cause calls for: a root removed
+// under the run (by hand, or a cache cleaner) is not the kernel's doing.
 func TestSetupFailure(t *testing.T) {
-	var out strings.Builder
-	err := Run(t.Context(), Command{Root: filepath.Join(t.TempDir(), "missing"), Upper: t.TempDir(), Platform: "linux/" + runtime.GOARCH,
-		Args: []string{"true"}, Stderr: &out})
-	var runner *RunnerError
-	if !errors.As(err, &runner) || !strings.Contains(err.Error(), "mount an overlay over the base") {
-		t.Errorf("err = %v, want the runner's error of the overlay", err)
+	missing := filepath.Join(t.TempDir(), "missing")
+	noProc := t.TempDir() // a root whose /proc and /dev were removed
+	for _, tc := range []struct {
+		name, root, words, hint, notHint string
+	}{
+		{"no root", missing, "mount an overlay over the base", "remove " + missing, "overlayfs"},
+		{"no /proc in the root", noProc, "mount /proc: no such file or directory", "remove " + noProc, "overlayfs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			err := Run(t.Context(), Command{Root: tc.root, Upper: t.TempDir(), Platform: "linux/" + runtime.GOARCH,
+				Args: []string{"true"}, Stderr: &out})
+			var runner *RunnerError
+			if !errors.As(err, &runner) {
+				t.Fatalf("err = %v, want the runner's error", err)
+			}
+			if !strings.Contains(runner.Message, tc.words) || !strings.Contains(runner.Hint, tc.hint) || strings.Contains(runner.Hint, tc.notHint) {
+				t.Errorf("err = %v, want %q, a hint with %q and without %q", err, tc.words, tc.hint, tc.notHint)
+			}
+		})
 	}
 }

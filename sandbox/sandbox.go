@@ -191,12 +191,22 @@ func run(ctx context.Context, c Command, s spec) error {
 			if refused, ok := strings.CutPrefix(why, refusedPrefix); ok && s.Copy == "" {
 				return &overlayRefused{why: refused}
 			}
-			return &RunnerError{Platform: c.Platform, Message: why,
-				Hint: "run toa-push on a Linux runner whose kernel mounts overlayfs in a user namespace (5.11 or later), with the cache (TOA_CACHE) on a local file system"}
+			return setupError(c, why)
 		}
 		return &ExitError{Code: exit.ExitCode(), Output: tail.String()}
 	}
 	return err
+}
+
+// setupError is the runner's error of an init that could not set the sandbox up, with the hint
+// its cause calls for: a folder removed under the run is not the kernel's doing.
+func setupError(c Command, why string) *RunnerError {
+	if gone, ok := strings.CutPrefix(why, gonePrefix); ok {
+		return &RunnerError{Platform: c.Platform, Message: gone,
+			Hint: fmt.Sprintf("a folder the run needs was removed while it ran, by something other than toa-push (its own prune leaves what a run uses): remove %s, which toa-push unpacks again, and run it again", c.Root)}
+	}
+	return &RunnerError{Platform: c.Platform, Message: why,
+		Hint: "run toa-push on a Linux runner whose kernel mounts overlayfs in a user namespace (5.11 or later), with the cache (TOA_CACHE) on a local file system"}
 }
 
 // setupFailure is what the init said when it could not set the sandbox up, or "". It writes to

@@ -47,7 +47,9 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 }
 
 // UnpackHeld is Unpack, with the root's entry in the cache held by holds (fsys.Holds) until
-// they are released, so that another run's prune of the cache leaves it while it is used.
+// they are released, so that another run's prune of the cache leaves it while it is used. A root
+// that a prune removed between the look and the hold, found or freshly unpacked, is unpacked
+// again, a bounded number of times.
 func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.Holds) (string, error) {
 	digest, err := img.ConfigName()
 	if err != nil {
@@ -56,23 +58,27 @@ func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.
 	roots := filepath.Join(cacheDir, "roots")
 	entry := filepath.Join(roots, digest.Algorithm+"-"+digest.Hex)
 	root := filepath.Join(entry, "root")
-	if _, err := os.Stat(root); err == nil {
+	for tries := 1; ; tries++ {
+		if _, err := os.Stat(root); err != nil {
+			if _, err := unpack(ctx, img, roots, entry); err != nil {
+				return "", err
+			}
+		}
 		err := hold(holds, entry, root)
 		if err == nil {
 			fsys.Touch(entry) // used now: the cache's bound removes the least recently used first
 			return root, nil
 		}
-		if !errors.Is(err, fsys.ErrGone) {
+		if !errors.Is(err, fsys.ErrGone) || tries == unpackTries {
 			return "", err
 		}
-		// another run's prune removed it meanwhile: unpacked again below
 	}
-	root, err = unpack(ctx, img, roots, entry)
-	if err != nil {
-		return "", err
-	}
-	return root, hold(holds, entry, root)
 }
+
+// unpackTries bounds the unpacks of a root that other runs' prunes keep removing before it is
+// held (each prune takes the least recently used first: a root just unpacked goes only when the
+// cache's bound leaves no room for it).
+const unpackTries = 3
 
 // hold holds the entry of root, and says ErrGone when the root is not in it once held.
 func hold(holds *fsys.Holds, entry, root string) error {

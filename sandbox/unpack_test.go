@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -280,5 +281,57 @@ func TestUnpackIsACacheEntry(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(root, "etc", "a")); err != nil || string(data) != "12345" {
 		t.Errorf("etc/a = %q, %v", data, err)
+	}
+}
+
+// TestUnpackAgainWhenPruned: a root that a prune removes while the run waits to hold it (the
+// prune holds the exclusive lock) is unpacked again and held, not an error.
+func TestUnpackAgainWhenPruned(t *testing.T) {
+	img, err := mutate.AppendLayers(empty.Image, layerOf(t, "gzip", entry{name: "etc/a", data: "12345", kind: tar.TypeReg}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	root, err := Unpack(t.Context(), img, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folder := filepath.Dir(root)
+	prune, err := os.Open(folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(prune.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	holds := fsys.NewHolds()
+	defer holds.Release()
+	type result struct {
+		root string
+		err  error
+	}
+	done := make(chan result)
+	go func() {
+		root, err := UnpackHeld(t.Context(), img, cache, holds)
+		done <- result{root, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the run found the root and waits for the prune's lock
+	if err := os.RemoveAll(folder); err != nil {
+		t.Fatal(err)
+	}
+	prune.Close()
+	got := <-done
+	if got.err != nil || got.root != root {
+		t.Fatalf("UnpackHeld = %s, %v; want %s unpacked again", got.root, got.err, root)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "etc", "a")); err != nil || string(data) != "12345" {
+		t.Errorf("etc/a = %q, %v", data, err)
+	}
+	report, err := fsys.Prune(t.Context(), cache, 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root); err != nil || len(report.Removed) != 0 {
+		t.Errorf("the root unpacked again is not held: %v, report %+v", err, report)
 	}
 }
