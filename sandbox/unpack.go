@@ -60,7 +60,7 @@ func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.
 	root := filepath.Join(entry, "root")
 	for tries := 1; ; tries++ {
 		if _, err := os.Stat(root); err != nil {
-			if _, err := unpack(ctx, img, roots, entry); err != nil {
+			if err := unpack(ctx, img, digest, roots, entry); err != nil {
 				return "", err
 			}
 		}
@@ -91,43 +91,39 @@ func hold(holds *fsys.Holds, entry, root string) error {
 	return nil
 }
 
-// unpack unpacks img as entry's root, whole or not at all.
-func unpack(ctx context.Context, img v1.Image, roots, entry string) (string, error) {
-	digest, err := img.ConfigName()
-	if err != nil {
-		return "", fmt.Errorf("read the base's config digest: %w", err)
-	}
+// unpack unpacks img, whose config digest is digest, as entry's root, whole or not at all.
+func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry string) error {
 	root := filepath.Join(entry, "root")
 	if err := os.MkdirAll(roots, 0o755); err != nil {
-		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
+		return fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
 	tmp, err := os.MkdirTemp(roots, fsys.PartialPrefix+"unpack-")
 	if err != nil {
-		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
+		return fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
 	defer removeAll(tmp)
 	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
-		return "", fmt.Errorf("create the folder of unpacked bases: %w", err)
+		return fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
 	size, err := apply(ctx, img, filepath.Join(tmp, "root"))
 	if err != nil {
-		return "", fmt.Errorf("unpack the base %s: %w", digest, err)
+		return fmt.Errorf("unpack the base %s: %w", digest, err)
 	}
 	// what the cache's bound counts, without walking the root at every run's end
 	if err := os.WriteFile(filepath.Join(tmp, fsys.FolderSizeFile), []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
-		return "", fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
 	}
 	if _, err := os.Stat(root); err == nil {
-		return root, nil // another run unpacked it meanwhile
+		return nil // another run unpacked it meanwhile
 	}
 	removeAll(entry) // an entry without its root: the root itself, as toa-push kept it before
 	if err := os.Rename(tmp, entry); err != nil {
 		if _, statErr := os.Stat(root); statErr == nil {
-			return root, nil // another run unpacked it first
+			return nil // another run unpacked it first
 		}
-		return "", fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
 	}
-	return root, nil
+	return nil
 }
 
 // apply writes img's layers, the lowest first, into the empty folder dir, and makes the mount

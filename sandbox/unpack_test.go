@@ -242,19 +242,26 @@ func TestUnpackWhiteoutOfNoEntry(t *testing.T) {
 	}
 }
 
-// TestUnpackIsACacheEntry: an unpacked base is an entry of the cache's bound (fsys.BaseRoots):
-// a folder that says its size, marked used each time a run takes it; an entry left by an older
-// toa-push (the root itself, no size) is made again.
-func TestUnpackIsACacheEntry(t *testing.T) {
+// unpackedOnce is a one-file base (etc/a) unpacked into a new cache, and the root it was given.
+func unpackedOnce(t *testing.T) (img v1.Image, cache, root string) {
+	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layerOf(t, "gzip", entry{name: "etc/a", data: "12345", kind: tar.TypeReg}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache := t.TempDir()
-	root, err := Unpack(t.Context(), img, cache)
+	cache = t.TempDir()
+	root, err = Unpack(t.Context(), img, cache)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return img, cache, root
+}
+
+// TestUnpackIsACacheEntry: an unpacked base is an entry of the cache's bound (fsys.BaseRoots):
+// a folder that says its size, marked used each time a run takes it; an entry left by an older
+// toa-push (the root itself, no size) is made again.
+func TestUnpackIsACacheEntry(t *testing.T) {
+	img, cache, root := unpackedOnce(t)
 	entry := filepath.Dir(root)
 	if size, err := os.ReadFile(filepath.Join(entry, fsys.FolderSizeFile)); err != nil || string(size) != "5" {
 		t.Errorf("the entry's size: %q, %v; want 5", size, err)
@@ -287,15 +294,7 @@ func TestUnpackIsACacheEntry(t *testing.T) {
 // TestUnpackAgainWhenPruned: a root that a prune removes while the run waits to hold it (the
 // prune holds the exclusive lock) is unpacked again and held, not an error.
 func TestUnpackAgainWhenPruned(t *testing.T) {
-	img, err := mutate.AppendLayers(empty.Image, layerOf(t, "gzip", entry{name: "etc/a", data: "12345", kind: tar.TypeReg}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := t.TempDir()
-	root, err := Unpack(t.Context(), img, cache)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, cache, root := unpackedOnce(t)
 	folder := filepath.Dir(root)
 	prune, err := os.Open(folder)
 	if err != nil {
