@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -40,6 +41,29 @@ type copyRecord struct {
 	// after it.
 	Mark int64             `json:"mark"`
 	Dirs map[string]uint64 `json:"dirs"` // the copy's folders by name: their inodes when made
+	// Chroot marks a copy the runs use chrooted, without namespaces (chroot.go).
+	Chroot bool `json:"chroot,omitempty"`
+	// Hidden are the places the chroot way's runs had something of their own (/dev, /proc, the
+	// binds), which mounts hide from an overlay's upper folder: left out of the comparison.
+	Hidden []string `json:"hidden,omitempty"`
+}
+
+// hide adds places to the record's Hidden, and writes it into upper.
+func (r *copyRecord) hide(upper string, places []string) error {
+	for _, p := range places {
+		if !slices.Contains(r.Hidden, p) {
+			r.Hidden = append(r.Hidden, p)
+		}
+	}
+	return r.write(upper)
+}
+
+func (r *copyRecord) write(upper string) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(upper, copyState), data, 0o600)
 }
 
 // readCopy is Upper's record of a copy, or nil where the runs had an overlay.
@@ -61,10 +85,20 @@ func readCopy(upper string) (*copyRecord, error) {
 // makeCopy copies root into upper/copyDir: folders, files (their bytes: copy_file_range, so a
 // file system that can shares the blocks), links, modes; not devices, fifos or sockets, which a
 // base's unpacked root does not hold. Hard links become files of their own, as overlayfs's
-// copy-up makes them. It returns the bytes copied.
-func makeCopy(ctx context.Context, root, upper string) (int64, error) {
+// copy-up makes them. Everything is the sandbox's ids'; chroot marks a copy for the chroot way.
+// It returns the bytes copied.
+func makeCopy(ctx context.Context, root, upper string, ids IDs, chroot bool) (int64, error) {
 	dst := filepath.Join(upper, copyDir)
-	record := copyRecord{Dirs: map[string]uint64{}}
+	record := copyRecord{Dirs: map[string]uint64{}, Chroot: chroot}
+	own := func(p string) error {
+		if !ids.Root {
+			return nil
+		}
+		return os.Lchown(p, ids.UID, ids.GID)
+	}
+	if err := ids.Own(upper); err != nil {
+		return 0, err
+	}
 	var size int64
 	type dirMode struct {
 		path string
@@ -92,6 +126,9 @@ func makeCopy(ctx context.Context, root, upper string) (int64, error) {
 			if err := os.Mkdir(to, 0o700); err != nil {
 				return err
 			}
+			if err := own(to); err != nil {
+				return err
+			}
 			ino, err := inodeOf(to)
 			if err != nil {
 				return err
@@ -103,10 +140,13 @@ func makeCopy(ctx context.Context, root, upper string) (int64, error) {
 			if err != nil {
 				return err
 			}
-			return os.Symlink(target, to)
+			if err := os.Symlink(target, to); err != nil {
+				return err
+			}
+			return own(to)
 		case info.Mode().IsRegular():
 			size += info.Size()
-			return copyFile(p, to, info.Mode())
+			return copyFile(p, to, info.Mode(), ids)
 		}
 		return nil
 	})
@@ -122,14 +162,12 @@ func makeCopy(ctx context.Context, root, upper string) (int64, error) {
 	if record.Mark, err = mark(upper); err != nil {
 		return size, err
 	}
-	data, err := json.Marshal(record)
-	if err != nil {
-		return size, err
-	}
-	return size, os.WriteFile(filepath.Join(upper, copyState), data, 0o600)
+	return size, record.write(upper)
 }
 
-func copyFile(from, to string, mode fs.FileMode) error {
+// copyFile copies a file's bytes and mode, the file given to ids when root runs (before the
+// mode, which a change of owner would strip of its setuid bit).
+func copyFile(from, to string, mode fs.FileMode, ids IDs) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
@@ -140,6 +178,9 @@ func copyFile(from, to string, mode fs.FileMode) error {
 		return err
 	}
 	_, err = io.Copy(out, in)
+	if err == nil && ids.Root {
+		err = out.Chown(ids.UID, ids.GID)
+	}
 	if err == nil {
 		err = out.Chmod(mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky))
 	}
@@ -248,6 +289,11 @@ func (r *copyRecord) diff(root, cp, rel string) ([]Change, error) {
 		c, inCopy := copied[path.Base(name)]
 		p := filepath.Join(cp, filepath.FromSlash(name))
 		switch {
+		case slices.Contains(r.Hidden, name):
+			// the chroot way's own: the mount point alone, where the base lacked it
+			if inCopy && !inBase {
+				out = append(out, Change{Name: name, Path: p, Info: c})
+			}
 		case !inCopy:
 			out = append(out, Change{Name: name, Whiteout: true})
 		case c.IsDir() && (!inBase || !b.IsDir() || r.replaced(name, p, c)):

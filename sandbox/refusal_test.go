@@ -33,8 +33,9 @@ func TestNoEmulatorRegistered(t *testing.T) {
 	}
 }
 
-// TestUserNamespacesRefused runs a sandbox where user namespaces are not allowed: in a user
-// namespace of unshare's whose user.max_user_namespaces is 0.
+// TestUserNamespacesRefused runs a sandbox where user namespaces are not allowed, as a user
+// that cannot run it chrooted as another instead: root of a user namespace of unshare's that maps
+// no other id, whose user.max_user_namespaces is 0. The error gives issue 36's three ways out.
 func TestUserNamespacesRefused(t *testing.T) {
 	if os.Getenv("TOA_SANDBOX_HELPER") == "1" {
 		err := Run(t.Context(), Command{Root: t.TempDir(), Upper: filepath.Join(t.TempDir()), Platform: "linux/" + runtime.GOARCH, Args: []string{"true"}})
@@ -49,8 +50,11 @@ func TestUserNamespacesRefused(t *testing.T) {
 	cmd.Env = append(os.Environ(), "TOA_SANDBOX_HELPER=1")
 	out, _ := cmd.CombinedOutput()
 	for _, want := range []string{
-		"cannot build for linux/" + runtime.GOARCH + " inside its base on this runner: it does not allow unprivileged user namespaces (user.max_user_namespaces is 0)",
-		"allow them on the runner: sudo sysctl -w user.max_user_namespaces=15000",
+		"cannot build for linux/" + runtime.GOARCH + " inside its base on this runner: it does not let toa-push make user namespaces (user.max_user_namespaces is 0)",
+		"run the job as root in its container",
+		"or allow user namespaces on the runner (sudo sysctl -w user.max_user_namespaces=15000",
+		"the AppArmor profile for toa-push that README's \"Where no user namespace can be made\" gives",
+		"or pass --scripts-on-runner",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("output %q, want %q", out, want)

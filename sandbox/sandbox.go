@@ -1,43 +1,56 @@
 // Package sandbox runs a command inside a base image's own file system, for the base's platform,
-// without a daemon and without privileges: toa-push re-executes itself as the init of new user,
-// mount and PID namespaces (the runner's user mapped to root inside), lays a writable overlay over
-// the base's root unpacked in the cache, binds in /proc, a few devices, the runner's DNS and CA
-// settings and the folders the command needs, pivots into it and runs the command with the
-// environment it is given. A foreign CPU runs under the QEMU user-mode emulator the runner has
-// registered with binfmt_misc (flag F). What the command changes lands in the overlay's upper
+// without a daemon and never as the runner's root: toa-push re-executes itself as the init of new
+// user, mount, PID, UTS and IPC namespaces (the sandbox's root is the caller's own id, or, when
+// toa-push runs as root, an unprivileged id: SandboxIDs), lays a writable overlay over the base's
+// root unpacked in the cache, binds in /proc (its kernel knobs read-only or masked, as runc does),
+// a few devices, the runner's DNS and CA settings and the folders the command needs, pivots into
+// it, and runs the command with the environment it is given, without any descriptor, capability
+// or privilege it does not need, within bounds on its processes and what it writes; what it leaves
+// running is killed and named. A foreign CPU runs under the QEMU user-mode emulator the runner
+// has registered with binfmt_misc (flag F). What the command changes lands in the overlay's upper
 // folder, which Changes lists as an OCI layer's entries. Where the kernel refuses overlayfs in a
 // user namespace (before 5.11, or turned off there), the command runs on a private copy of the
-// root instead, and Changes finds the same changes by comparing the copy with the root.
+// root instead, and Changes finds the same changes by comparing the copy with the root; where no
+// namespace can be made at all (a container's root under the default seccomp profile), a root
+// runner runs it chrooted in such a copy as the unprivileged id.
 //
 // A program that uses the package calls Init first thing in main (and in TestMain): in the
-// re-executed process it does the namespace's work and never returns.
+// re-executed processes it does the sandbox's work and never returns.
 package sandbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 )
 
-// initEnv marks the re-executed process; its value is the JSON of the spec.
+// initEnv marks the re-executed init; its value is the JSON of the spec.
 const initEnv = "TOA_SANDBOX_INIT"
 
-// initName is the re-executed process's argv[0], its other mark.
+// initName is the re-executed init's argv[0], its other mark.
 const initName = "toa-sandbox-init"
 
 // BinfmtEnv names a binfmt_misc folder to look in instead of /proc/sys/fs/binfmt_misc (tests
 // point it at an empty folder).
 const BinfmtEnv = "TOA_BINFMT_MISC"
+
+// The bounds of a command, unless it says others.
+const (
+	// DefaultMaxProcesses bounds the tasks of a sandbox (RLIMIT_NPROC counts threads too: a
+	// node process holds about ten, so this leaves room for a hundred node processes at once,
+	// and stops a fork bomb within a second).
+	DefaultMaxProcesses = 2048
+	// DefaultMaxFileSize bounds one file a command writes (RLIMIT_FSIZE).
+	DefaultMaxFileSize = 2 << 30
+	// DefaultMaxWrite bounds what a command adds to its upper folder and its writable binds.
+	DefaultMaxWrite = 4 << 30
+)
 
 // Bind is a folder or file of the runner bound into the sandbox.
 type Bind struct {
@@ -45,6 +58,17 @@ type Bind struct {
 	Target   string // inside the root, absolute
 	ReadOnly bool
 }
+
+// Network is what network a command has.
+type Network string
+
+const (
+	// NetworkRunner is the runner's network (a script may download prebuilt binaries).
+	NetworkRunner Network = ""
+	// NetworkNone is loopback alone, in a network namespace of the command's own (as BuildKit's
+	// RUN --network=none).
+	NetworkNone Network = "none"
+)
 
 // Command is one run inside a base.
 type Command struct {
@@ -59,22 +83,40 @@ type Command struct {
 	Stderr   io.Writer
 	Timeout  time.Duration // default 30 minutes
 	// Notice, when set, is told which way the command runs when it is not the usual overlay:
-	// on a private copy of the root, as the kernel refused overlayfs.
+	// on a private copy of the root, as the kernel refused overlayfs, or chrooted in one, as no
+	// namespace could be made.
 	Notice func(string)
+	// Network is the command's network: the runner's by default.
+	Network Network
+	// MaxProcesses bounds the sandbox's processes and threads at once (default
+	// DefaultMaxProcesses): a run that reaches it is stopped with a *BoundError.
+	MaxProcesses int
+	// MaxFileSize bounds one file the command writes (default DefaultMaxFileSize): the write past
+	// it fails (SIGXFSZ), and a command that fails so is a *BoundError.
+	MaxFileSize int64
+	// MaxWrite bounds what the command adds to Upper and to the writable binds (default
+	// DefaultMaxWrite): a run past it is stopped with a *BoundError.
+	MaxWrite int64
+	// Leftovers, when set, is told the processes the command left running when it ended
+	// ("pid 12: sleep 1000"), which the sandbox killed.
+	Leftovers func([]string)
 }
 
-// spec is what the init reads.
-type spec struct {
-	Lower, Upper, Work, Merged string
-	// Copy, when set, is a private copy of the root to run on instead of an overlay.
-	Copy string
-	// RefuseOverlay takes overlayfs as refused, without asking the kernel (NoOverlayEnv).
-	RefuseOverlay bool
-	// Probe makes the init exit at once: CheckUserNamespaces.
-	Probe     bool
-	Binds     []Bind
-	Args, Env []string
-	Dir       string
+// withDefaults is c with its zero bounds and timeout set.
+func (c Command) withDefaults() Command {
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Minute
+	}
+	if c.MaxProcesses <= 0 {
+		c.MaxProcesses = DefaultMaxProcesses
+	}
+	if c.MaxFileSize <= 0 {
+		c.MaxFileSize = DefaultMaxFileSize
+	}
+	if c.MaxWrite <= 0 {
+		c.MaxWrite = DefaultMaxWrite
+	}
+	return c
 }
 
 // ExitError is a command that ran and failed.
@@ -97,28 +139,82 @@ func (e *RunnerError) Error() string {
 	return fmt.Sprintf("cannot build for %s inside its base on this runner: %s\n  %s", e.Platform, e.Message, e.Hint)
 }
 
+// The bounds a BoundError names.
+const (
+	BoundProcesses = "processes"
+	BoundFileSize  = "file size"
+	BoundWrite     = "written"
+)
+
+// BoundError is a run the sandbox stopped, or whose command failed, at one of its bounds: the
+// command's doing, not the runner's. The caller names the package or the line.
+type BoundError struct {
+	Bound string // BoundProcesses, BoundFileSize or BoundWrite
+	Limit int64
+	Path  string // the file that reached BoundFileSize, inside the root
+}
+
+func (e *BoundError) Error() string {
+	switch e.Bound {
+	case BoundProcesses:
+		return fmt.Sprintf("its processes and threads reached the sandbox's bound of %d at once (a fork bomb, or a build that needs more); the sandbox stopped it", e.Limit)
+	case BoundFileSize:
+		return fmt.Sprintf("it wrote %s up to the sandbox's bound of %s on one file, and failed there", e.Path, size(e.Limit))
+	default:
+		return fmt.Sprintf("it wrote more than the sandbox's bound of %s into the layer and its bound folders; the sandbox stopped it", size(e.Limit))
+	}
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	default:
+		return fmt.Sprintf("%d bytes", n)
+	}
+}
+
 // Run runs c.Args inside c.Root for c.Platform and waits, within c.Timeout: over an overlay
-// whose upper folder is c.Upper, or, where the kernel refuses overlayfs in a user namespace, on a
+// whose upper folder is c.Upper; where the kernel refuses overlayfs in a user namespace, on a
 // private copy of the root made in c.Upper by the first run that needs it (and used by the runs
-// of the same c.Upper after it).
+// of the same c.Upper after it); where no namespace can be made and toa-push runs as root,
+// chrooted in such a copy as the sandbox's unprivileged id. An unprivileged runner without user
+// namespaces gets a *RunnerError before anything runs.
 func Run(ctx context.Context, c Command) error {
 	if err := Check(c.Platform); err != nil {
 		return err
 	}
+	if c.Network != NetworkRunner && c.Network != NetworkNone {
+		return fmt.Errorf("the sandbox's network %q: want the runner's (\"\") or %q", c.Network, NetworkNone)
+	}
+	ids := SandboxIDs()
+	c = c.withDefaults()
 	copied, err := readCopy(c.Upper)
 	if err != nil {
 		return err
 	}
-	if copied != nil {
-		return run(ctx, c, spec{Copy: filepath.Join(c.Upper, copyDir)})
+	switch {
+	case copied != nil && copied.Chroot:
+		return runChroot(ctx, c, ids, copied)
+	case copied != nil:
+		return runNamespaces(ctx, c, ids, modeCopy)
 	}
-	err = runOverlay(ctx, c)
+	if os.Getenv(NoNamespacesEnv) == "1" {
+		return runWithoutNamespaces(ctx, c, ids, noNamespacesHook)
+	}
+	err = runNamespaces(ctx, c, ids, modeOverlay)
 	var refused *overlayRefused
-	if !errors.As(err, &refused) {
+	var none *namespacesRefused
+	switch {
+	case errors.As(err, &none):
+		return runWithoutNamespaces(ctx, c, ids, none)
+	case !errors.As(err, &refused):
 		return err
 	}
 	start := time.Now()
-	size, err := makeCopy(ctx, c.Root, c.Upper)
+	size, err := makeCopy(ctx, c.Root, c.Upper, ids, false)
 	if err != nil {
 		return &RunnerError{Platform: c.Platform, Message: fmt.Sprintf("%s, and the private copy of the base to run on instead failed: %v", refused.why, err),
 			Hint: "give the cache (TOA_CACHE) room for a copy of the base, or run toa-push on a kernel that mounts overlayfs in a user namespace (5.11 or later)"}
@@ -127,8 +223,50 @@ func Run(ctx context.Context, c Command) error {
 		c.Notice(fmt.Sprintf("%s: %s runs on a private copy of the base for %s instead of an overlay (%d MiB copied in %s); the layer is the same, the run slower",
 			refused.why, strings.Join(c.Args, " "), c.Platform, size>>20, time.Since(start).Round(time.Millisecond)))
 	}
-	return run(ctx, c, spec{Copy: filepath.Join(c.Upper, copyDir)})
+	return runNamespaces(ctx, c, ids, modeCopy)
 }
+
+// runWithoutNamespaces runs c where no namespace can be made: chrooted in a private copy of the
+// root as the sandbox's unprivileged id, when toa-push runs as root with what that needs; else
+// the runner's error, with the three ways out.
+func runWithoutNamespaces(ctx context.Context, c Command, ids IDs, none *namespacesRefused) error {
+	if err := canChroot(c.Platform, ids, none.why); err != nil {
+		return err
+	}
+	if c.Network == NetworkNone {
+		return &RunnerError{Platform: c.Platform, Message: none.why + ", and a network of loopback alone needs a network namespace",
+			Hint: "run with the runner's network, or allow user namespaces on the runner"}
+	}
+	start := time.Now()
+	size, err := makeCopy(ctx, c.Root, c.Upper, ids, true)
+	if err != nil {
+		return &RunnerError{Platform: c.Platform, Message: fmt.Sprintf("%s, and the private copy of the base to run chrooted in failed: %v", none.why, err),
+			Hint: "give the cache (TOA_CACHE) room for a copy of the base"}
+	}
+	copied, err := readCopy(c.Upper)
+	if err != nil {
+		return err
+	}
+	if c.Notice != nil {
+		c.Notice(fmt.Sprintf("%s: %s runs chrooted in a private copy of the base for %s as the unprivileged user %d, without namespaces (%d MiB copied in %s): "+
+			"no /proc, the layer is the same", none.why, strings.Join(c.Args, " "), c.Platform, ids.UID, size>>20, time.Since(start).Round(time.Millisecond)))
+	}
+	return runChroot(ctx, c, ids, copied)
+}
+
+// NoNamespacesEnv set to 1 makes the sandbox take user namespaces as refused, as a container's
+// default seccomp profile does: a test hook, so that the chroot way runs beside the others.
+const NoNamespacesEnv = "TOA_SANDBOX_NO_NAMESPACES"
+
+var noNamespacesHook = &namespacesRefused{why: "user namespaces are taken as refused (" + NoNamespacesEnv + "=1)"}
+
+// The ways a sandbox runs.
+const (
+	modeOverlay = "overlay" // namespaces, an overlay over the root
+	modeCopy    = "copy"    // namespaces, a private copy of the root
+	modeChroot  = "chroot"  // no namespaces: chrooted in a private copy, as the sandbox's id
+	modeProbe   = "probe"   // namespaces and a mount in them, nothing run
+)
 
 // overlayRefused is an init that could not mount the overlay because the kernel does not let a
 // user namespace mount overlayfs: the command has not run.
@@ -136,192 +274,12 @@ type overlayRefused struct{ why string }
 
 func (e *overlayRefused) Error() string { return e.why }
 
-// runOverlay runs c over an overlay of c.Root whose upper folder is c.Upper.
-func runOverlay(ctx context.Context, c Command) error {
-	work, err := os.MkdirTemp(filepath.Dir(c.Upper), ".work-")
-	if err != nil {
-		return fmt.Errorf("make the overlay's work folder: %w", err)
-	}
-	defer removeAll(work)
-	merged := filepath.Join(work, "merged")
-	overlayWork := filepath.Join(work, "work")
-	for _, d := range []string{merged, overlayWork} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-	}
-	return run(ctx, c, spec{Lower: c.Root, Upper: c.Upper, Work: overlayWork, Merged: merged,
-		RefuseOverlay: os.Getenv(NoOverlayEnv) == "1"})
-}
+// namespacesRefused is a runner where the sandbox's namespaces cannot be made, or nothing can
+// be mounted in them (a seccomp profile that refuses clone's namespace flags or mount, Ubuntu's
+// AppArmor restriction that leaves a new user namespace without capabilities): nothing ran.
+type namespacesRefused struct{ why string }
 
-// run starts the init with s, the root it runs in, completed by c's command, and waits.
-func run(ctx context.Context, c Command, s spec) error {
-	s.Binds, s.Args, s.Env, s.Dir = append(runnerBinds(), c.Binds...), c.Args, c.Env, c.Dir
-	data, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	timeout := c.Timeout
-	if timeout == 0 {
-		timeout = 30 * time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find toa-push's own program to run in the sandbox: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, self)
-	cmd.Args = []string{initName}
-	cmd.Env = []string{initEnv + "=" + string(data)}
-	var tail bytes.Buffer
-	cmd.Stdout, cmd.Stderr = orTail(c.Stdout, &tail), orTail(c.Stderr, &tail)
-	cmd.SysProcAttr = namespaces()
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		return userNamespaceError(c.Platform, err)
-	}
-	err = cmd.Wait()
-	if ctx.Err() != nil {
-		return fmt.Errorf("run %s in the base for %s: %w", strings.Join(c.Args, " "), c.Platform, ctx.Err())
-	}
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		if why := setupFailure(exit.ExitCode(), tail.String(), c.Stderr); why != "" {
-			if refused, ok := strings.CutPrefix(why, refusedPrefix); ok && s.Copy == "" {
-				return &overlayRefused{why: refused}
-			}
-			return setupError(c, why)
-		}
-		return &ExitError{Code: exit.ExitCode(), Output: tail.String()}
-	}
-	return err
-}
-
-// setupError is the runner's error of an init that could not set the sandbox up, with the hint
-// its cause calls for: a folder removed under the run is not the kernel's doing.
-func setupError(c Command, why string) *RunnerError {
-	if gone, ok := strings.CutPrefix(why, gonePrefix); ok {
-		return &RunnerError{Platform: c.Platform, Message: gone,
-			Hint: fmt.Sprintf("a folder the run needs was removed while it ran, by something other than toa-push (its own prune leaves what a run uses): remove %s, which toa-push unpacks again, and run it again", c.Root)}
-	}
-	return &RunnerError{Platform: c.Platform, Message: why,
-		Hint: "run toa-push on a Linux runner whose kernel mounts overlayfs in a user namespace (5.11 or later), with the cache (TOA_CACHE) on a local file system"}
-}
-
-// setupFailure is what the init said when it could not set the sandbox up, or "". It writes to
-// the command's stderr, so the words are looked for in what the caller collected too.
-func setupFailure(code int, tail string, stderr io.Writer) string {
-	if code != initFailed {
-		return ""
-	}
-	out := tail
-	if b, ok := stderr.(interface{ String() string }); ok {
-		out += b.String()
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if why, ok := strings.CutPrefix(line, initPrefix); ok {
-			return why
-		}
-	}
-	return ""
-}
-
-// orTail is w, or the tail buffer when the caller gave none.
-func orTail(w io.Writer, tail *bytes.Buffer) io.Writer {
-	if w != nil {
-		return w
-	}
-	return &limited{b: tail, max: 64 << 10}
-}
-
-type limited struct {
-	b   *bytes.Buffer
-	max int
-}
-
-func (l *limited) Write(p []byte) (int, error) {
-	l.b.Write(p)
-	if over := l.b.Len() - l.max; over > 0 {
-		rest := append([]byte(nil), l.b.Bytes()[over:]...)
-		l.b.Reset()
-		l.b.Write(rest)
-	}
-	return len(p), nil
-}
-
-// runnerBinds are the runner's settings every command needs: DNS, the hosts file, the CA bundle.
-func runnerBinds() []Bind {
-	var binds []Bind
-	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
-		if _, err := os.Stat(f); err == nil {
-			binds = append(binds, Bind{Source: f, Target: f, ReadOnly: true})
-		}
-	}
-	for _, ca := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"} {
-		if _, err := os.Stat(ca); err == nil {
-			binds = append(binds, Bind{Source: ca, Target: "/etc/ssl/certs/ca-certificates.crt", ReadOnly: true})
-			break
-		}
-	}
-	return binds
-}
-
-// CheckUserNamespaces says whether this runner lets toa-push make the namespaces a run in a base
-// of platform needs: it starts the sandbox's init in them, which exits at once. The error is
-// Run's when they are refused.
-func CheckUserNamespaces(ctx context.Context, platform string) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find toa-push's own program to run in the sandbox: %w", err)
-	}
-	data, err := json.Marshal(spec{Probe: true})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, self)
-	cmd.Args = []string{initName}
-	cmd.Env = []string{initEnv + "=" + string(data)}
-	cmd.SysProcAttr = namespaces()
-	if err := cmd.Start(); err != nil {
-		return userNamespaceError(platform, err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("try the sandbox's namespaces for %s: %w", platform, err)
-	}
-	return nil
-}
-
-// namespaces are the sandbox's: user (the runner's user as root), mount and PID.
-func namespaces() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
-		Pdeathsig:   syscall.SIGKILL,
-	}
-}
-
-// userNamespaceError says why the sandbox could not start, with the setting to change.
-func userNamespaceError(platform string, err error) error {
-	if !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EACCES) {
-		return fmt.Errorf("start the sandbox for %s: %w", platform, err)
-	}
-	why := "it does not allow unprivileged user namespaces"
-	if n, readErr := os.ReadFile("/proc/sys/user/max_user_namespaces"); readErr == nil && strings.TrimSpace(string(n)) == "0" {
-		why += " (user.max_user_namespaces is 0)"
-	} else if n, readErr := os.ReadFile("/proc/sys/kernel/unprivileged_userns_clone"); readErr == nil && strings.TrimSpace(string(n)) == "0" {
-		why += " (kernel.unprivileged_userns_clone is 0)"
-	} else if n, readErr := os.ReadFile("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); readErr == nil && strings.TrimSpace(string(n)) == "1" {
-		why += " (kernel.apparmor_restrict_unprivileged_userns is 1)"
-	}
-	return &RunnerError{Platform: platform,
-		Message: fmt.Sprintf("%s: %v", why, err),
-		Hint: "allow them on the runner: sudo sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1 " +
-			"(and kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04)"}
-}
+func (e *namespacesRefused) Error() string { return e.why }
 
 // qemuNames are the binfmt_misc entries of QEMU's user-mode emulators, by GOARCH.
 var qemuNames = map[string]string{"arm64": "aarch64", "arm": "arm", "amd64": "x86_64", "386": "i386",

@@ -9,12 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/internal/containerseccomp"
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 func TestMain(m *testing.M) {
 	Init()
-	os.Exit(m.Run())
+	containerseccomp.Exec()
+	code := m.Run()
+	if shared.dir != "" {
+		removeAll(shared.dir)
+	}
+	os.Exit(code)
 }
 
 func TestRunNodeInForeignBase(t *testing.T) {

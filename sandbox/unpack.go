@@ -109,6 +109,10 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry stri
 	if err != nil {
 		return fmt.Errorf("unpack the base %s: %w", digest, err)
 	}
+	// the sandbox's root is another id than toa-push's when it runs as root (ids.go)
+	if err := OwnUnpacked(filepath.Join(tmp, "root")); err != nil {
+		return fmt.Errorf("unpack the base %s: %w", digest, err)
+	}
 	// what the cache's bound counts, without walking the root at every run's end
 	if err := os.WriteFile(filepath.Join(tmp, fsys.FolderSizeFile), []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
 		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
