@@ -21,9 +21,9 @@ import (
 // to the container's root): the command runs chrooted in a private copy of the base's root
 // (copy.go), which belongs to the sandbox's unprivileged id, as that id, without capabilities or
 // a way to gain any, with the devices a build uses made in the copy's /dev and no /proc (the
-// runner's would show its processes). Binds cannot be mounts: a read-only one is copied in,
-// root's, readable, and removed after; a writable one has its entries moved in and back (it must
-// be on the cache's file system). What is at a bind's place, /dev and /proc is left out of the
+// runner's would show its processes). Binds cannot be mounts: a read-only one is copied in, modes
+// kept (what the command changes of it is its copy's, and goes), and removed after; a writable one
+// has its entries moved in and back (it must be on the cache's file system). What is at a bind's place, /dev and /proc is left out of the
 // comparison that finds the run's changes (copyRecord.Hidden), as their mounts hide them from the
 // overlay's upper folder, so that the layer is the same bytes either way.
 
@@ -212,8 +212,9 @@ func (p *bindPlace) put() (func(), error) {
 	return p.moveIn(dir, info, undoAside)
 }
 
-// copyIn copies a read-only folder's tree into dir, root's and readable by all: the command can
-// read it and change nothing. What undoes it removes the copy.
+// copyIn copies a read-only folder's tree into dir, the sandbox's id's, modes kept (the id has
+// no capability to read past them, as the namespace way's root has): what the command changes
+// there is its own copy's, and goes with it. What undoes it removes the copy.
 func (p *bindPlace) copyIn(dir int, info fs.FileInfo, undoAside func()) (func(), error) {
 	undo := func() {
 		if names, err := namesAt(dir); err == nil {
@@ -223,12 +224,12 @@ func (p *bindPlace) copyIn(dir int, info fs.FileInfo, undoAside func()) (func(),
 		}
 		undoAside()
 	}
-	err := copyReadable(p.bind.Source, fdPath(dir))
+	err := copyTree(p.bind.Source, fdPath(dir), p.ids)
 	if err == nil {
-		err = unix.Fchown(dir, 0, 0)
+		err = unix.Fchown(dir, p.ids.UID, p.ids.GID)
 	}
 	if err == nil {
-		err = unix.Fchmod(dir, uint32(info.Mode().Perm()|0o555))
+		err = unix.Fchmod(dir, uint32(info.Mode().Perm()))
 	}
 	if err != nil {
 		return undo, fmt.Errorf("copy %s into the copy of the base at %s: %w", p.bind.Source, p.bind.Target, err)
@@ -265,9 +266,8 @@ func (p *bindPlace) moveIn(dir int, info fs.FileInfo, undoAside func()) (func(),
 	return undo, unix.Fchmod(dir, uint32(info.Mode().Perm()))
 }
 
-// putFile writes a file's bytes at its place (made as the namespace way makes its mount point):
-// root's and readable for a read-only one, the sandbox's for a writable one, whose bytes go back
-// after the run. What undoes it leaves at the place what the namespace way's overlay holds there:
+// putFile writes a file's bytes at its place (made as the namespace way makes its mount point),
+// the sandbox's, mode kept; a writable one's bytes go back after the run. What undoes it leaves at the place what the namespace way's overlay holds there:
 // the base's entry, hidden, or the empty file the mount point was.
 func (p *bindPlace) putFile(info fs.FileInfo) (func(), error) {
 	if err := p.x.mountPoint(p.rel, false); err != nil {
@@ -293,16 +293,12 @@ func (p *bindPlace) putFile(info fs.FileInfo) (func(), error) {
 		}
 		target.Close()
 	}
-	uid, gid, mode := 0, 0, info.Mode().Perm()|0o444
-	if !p.bind.ReadOnly {
-		uid, gid, mode = p.ids.UID, p.ids.GID, info.Mode().Perm()
-	}
 	err = overwrite(target, p.bind.Source)
 	if err == nil {
-		err = target.Chown(uid, gid)
+		err = target.Chown(p.ids.UID, p.ids.GID)
 	}
 	if err == nil {
-		err = target.Chmod(mode)
+		err = target.Chmod(info.Mode().Perm())
 	}
 	return undo, err
 }
@@ -346,10 +342,15 @@ func moveEntries(from, to int) error {
 	return nil
 }
 
-// copyReadable copies the tree under from into the folder to: folders, files and links, root's,
-// readable (and folders passable) by all.
-func copyReadable(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+// copyTree copies the tree under from into the folder to: folders, files and links, modes
+// kept, given to ids.
+func copyTree(from, to string, ids IDs) error {
+	type dirMode struct {
+		path string
+		mode fs.FileMode
+	}
+	var dirs []dirMode
+	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == from {
 			return err
 		}
@@ -367,20 +368,27 @@ func copyReadable(from, to string) error {
 			if err := os.Mkdir(dst, 0o700); err != nil {
 				return err
 			}
-			return os.Chmod(dst, info.Mode().Perm()|0o555)
+			dirs = append(dirs, dirMode{dst, info.Mode()})
+			return os.Lchown(dst, ids.UID, ids.GID)
 		case d.Type()&fs.ModeSymlink != 0:
 			link, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			return os.Symlink(link, dst)
-		case d.Type().IsRegular():
-			if err := copyFile(p, dst, info.Mode()|0o444, IDs{}); err != nil {
+			if err := os.Symlink(link, dst); err != nil {
 				return err
 			}
+			return os.Lchown(dst, ids.UID, ids.GID)
+		case d.Type().IsRegular():
+			return copyFile(p, dst, info.Mode(), ids)
 		}
 		return nil
 	})
+	// the modes last, deepest first: a folder its owner may not write is filled first
+	for i := len(dirs) - 1; i >= 0 && err == nil; i-- {
+		err = os.Chmod(dirs[i].path, dirs[i].mode&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky))
+	}
+	return err
 }
 
 // overwrite replaces target's bytes with the file from's.

@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 // TestRunOnCopy runs a command in the arm64 base (under QEMU) as where the kernel refuses
@@ -16,18 +14,13 @@ import (
 // added and removed, and the notice saying which way it ran.
 func TestRunOnCopy(t *testing.T) {
 	t.Setenv(NoOverlayEnv, "1")
-	img := debianbase.Image(t, "arm64")
-	cache := t.TempDir()
-	root, err := Unpack(t.Context(), img, cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upper := filepath.Join(cache, "upper")
+	root := debianRoot(t, "arm64", SandboxIDs())
+	upper := filepath.Join(t.TempDir(), "upper")
 	os.Mkdir(upper, 0o755)
 	var notices []string
 	for _, line := range []string{"node -p process.arch > /etc/marker", "rm /etc/debian_version"} {
 		var out strings.Builder
-		err = Run(t.Context(), Command{Root: root, Upper: upper, Platform: "linux/arm64", Args: []string{"/bin/sh", "-c", line},
+		err := Run(t.Context(), Command{Root: root, Upper: upper, Platform: "linux/arm64", Args: []string{"/bin/sh", "-c", line},
 			Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Stdout: &out, Stderr: &out, Notice: func(s string) { notices = append(notices, s) }})
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", line, err, out.String())
@@ -43,7 +36,7 @@ func TestRunOnCopy(t *testing.T) {
 		t.Errorf("the run removed the cached root's file: %v", err)
 	}
 	var got []string
-	err = Changes(root, upper, func(c Change) error {
+	err := Changes(root, upper, func(c Change) error {
 		switch {
 		case c.Whiteout:
 			got = append(got, "-"+c.Name)

@@ -29,8 +29,9 @@ var shared struct {
 	dir  string
 	err  error
 	mu   sync.Mutex
-	// roots are the unpacked bases by architecture.
-	roots map[string]string
+	// roots are the unpacked bases by architecture, owners the ids they were given last.
+	roots  map[string]string
+	owners map[string]IDs
 }
 
 // debianRoot is the Debian base of arch unpacked once for the package's tests, given to ids:
@@ -43,7 +44,7 @@ func debianRoot(t *testing.T, arch string, ids IDs) string {
 		if shared.err == nil {
 			shared.err = os.Chmod(shared.dir, 0o755) // passable by testUID
 		}
-		shared.roots = map[string]string{}
+		shared.roots, shared.owners = map[string]string{}, map[string]IDs{}
 	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
@@ -65,12 +66,17 @@ func debianRoot(t *testing.T, arch string, ids IDs) string {
 			}
 		}
 		shared.roots[arch] = root
+		shared.owners[arch] = SandboxIDs()
 	}
 	owner := ids
 	owner.Root = true // give it whoever runs as root
+	if shared.owners[arch] == owner {
+		return root
+	}
 	if err := owner.Own(root); err != nil {
 		t.Fatal(err)
 	}
+	shared.owners[arch] = owner
 	return root
 }
 
@@ -120,8 +126,10 @@ func (a runAs) String() string {
 // helperIn is what TestHelper runs: a Command, or CheckUserNamespaces.
 type helperIn struct {
 	Command helperCommand
+	// Then are more commands run after it while it works, with its Upper (build.run's lines).
+	Then    [][]string
 	Probe   bool // CheckUserNamespaces for Command.Platform instead
-	Changes bool // list the changes after the run
+	Changes bool // list the changes after the runs
 }
 
 // helperCommand is a Command without what JSON cannot say.
@@ -176,6 +184,13 @@ func TestHelper(t *testing.T) {
 		err = CheckUserNamespaces(context.Background(), c.Platform)
 	} else {
 		err = Run(context.Background(), c)
+		for _, args := range in.Then {
+			if err != nil {
+				break
+			}
+			c.Args = args
+			err = Run(context.Background(), c)
+		}
 	}
 	out.describe(err)
 	if in.Changes && err == nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/toa-deploy/toa-deploy/internal/containerseccomp"
@@ -58,17 +59,19 @@ func TestHostile(t *testing.T) {
 			os.WriteFile(filepath.Join(probe, "hostile.py"), script, 0o644)
 			os.WriteFile(filepath.Join(probe, "secrets.json"), []byte(mustJSON(secrets)), 0o644)
 			work := userDir(t, tc.who.uid)
-			upper := filepath.Join(work, "upper")
-			os.Mkdir(upper, 0o755)
-			os.Lchown(upper, tc.who.uid, tc.who.uid)
+			upper, out := filepath.Join(work, "upper"), filepath.Join(work, "out")
+			for _, d := range []string{upper, out} {
+				os.Mkdir(d, 0o755)
+				os.Lchown(d, tc.who.uid, tc.who.uid)
+			}
 			who := tc.who
 			who.env = []string{"HOME=" + home, "TOA_SIGN_KEY=" + secrets["env"], "COSIGN_PASSWORD=" + secrets["env"]}
-			out, text := helper(t, who, helperIn{Command: helperCommand{Root: root, Upper: upper, Platform: "linux/" + tc.arch,
+			said, text := helper(t, who, helperIn{Command: helperCommand{Root: root, Upper: upper, Platform: "linux/" + tc.arch,
 				Args:  []string{"python3", "/toa-hostile/hostile.py"},
 				Env:   []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root"},
-				Binds: []Bind{{Source: probe, Target: "/toa-hostile", ReadOnly: true}}}}, "--sign-key="+secrets["arg"])
-			if out.Err != "" {
-				t.Fatalf("%s\n%s", out.Err, text)
+				Binds: []Bind{{Source: probe, Target: "/toa-hostile", ReadOnly: true}, {Source: out, Target: "/toa-out"}}}}, "--sign-key="+secrets["arg"])
+			if said.Err != "" {
+				t.Fatalf("%s\n%s", said.Err, text)
 			}
 			lines := strings.Split(strings.TrimSpace(text), "\n")
 			var got struct {
@@ -89,6 +92,8 @@ func TestHostile(t *testing.T) {
 					// masked: /dev/null
 				case attempt == "/etc/shadow" && result != "ok: "+hostShadow:
 					// the base's own
+				case attempt == "write the read-only bind" && tc.who.profile != "":
+					// chrooted, a copy of the command's own, which goes (the runner's, below, is as it was)
 				default:
 					t.Errorf("%s: %s", attempt, result)
 				}
@@ -99,7 +104,16 @@ func TestHostile(t *testing.T) {
 			if len(got.Results) < 20 {
 				t.Errorf("the command tried %d things, want all of testdata/hostile.py's: %v", len(got.Results), got.Results)
 			}
-			t.Logf("%s: %d attempts refused; %q", tc.name, len(got.Results), out.Notices)
+			if entries, _ := os.ReadDir(probe); len(entries) != 2 {
+				t.Errorf("the read-only bind's folder holds %d entries, want its 2", len(entries))
+			}
+			// never the runner's root: what it wrote is the sandbox's id's
+			var st syscall.Stat_t
+			wantOwner := userIDs(tc.who.uid).UID
+			if err := syscall.Stat(filepath.Join(out, "made"), &st); err != nil || int(st.Uid) != wantOwner {
+				t.Errorf("the file the command made is %d's (%v), want %d's", st.Uid, err, wantOwner)
+			}
+			t.Logf("%s: %d attempts refused, its file %d's; %q", tc.name, len(got.Results), st.Uid, said.Notices)
 		})
 	}
 	if now, _ := os.Hostname(); now != hostname {

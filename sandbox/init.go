@@ -480,6 +480,9 @@ func (s *spec) supervise(ready func() error) report {
 	if len(said) > 0 {
 		r.Setup = string(said)
 	}
+	// at the bound, give or take the command's own exit and a process not yet reaped: a shell
+	// whose fork failed there may end at once, its children alive
+	reached := func() bool { return procs.count() >= int(s.Stage.MaxProcesses)-2 }
 	tick := time.NewTicker(procs.interval)
 	defer tick.Stop()
 	killing := false
@@ -489,20 +492,21 @@ func (s *spec) supervise(ready func() error) report {
 			if !ok {
 				return r // nothing is left
 			}
-			if e.pid == cmd.Process.Pid {
+			if e.pid == cmd.Process.Pid && !killing {
 				r.Code = e.code
-				if !killing {
-					r.Leftovers = procs.names()
-					killing = true
-				}
-			}
-			if killing {
+				r.Processes = reached()
+				r.Leftovers = procs.names()
+				killing = true
 				procs.killAll()
+			} else if e.pid == cmd.Process.Pid {
+				r.Code = e.code
 			}
+			// while killing, the ticker kills again what was forked meanwhile: not at each exit,
+			// which for the chroot way reads all of /proc
 		case <-tick.C:
 			if killing {
 				procs.killAll()
-			} else if procs.count() >= int(s.Stage.MaxProcesses) {
+			} else if reached() {
 				r.Processes, killing = true, true
 				procs.killAll()
 			}

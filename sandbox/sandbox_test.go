@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/toa-deploy/toa-deploy/internal/containerseccomp"
-	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )
 
 func TestMain(m *testing.M) {
@@ -26,19 +25,12 @@ func TestMain(m *testing.M) {
 func TestRunNodeInForeignBase(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
-			img := debianbase.Image(t, arch)
-			cache := t.TempDir()
-			start := time.Now()
-			root, err := Unpack(t.Context(), img, cache)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("unpacked in %s", time.Since(start))
-			upper := filepath.Join(cache, "upper")
+			root := debianRoot(t, arch, SandboxIDs())
+			upper := filepath.Join(t.TempDir(), "upper")
 			os.Mkdir(upper, 0o755)
 			var out bytes.Buffer
-			start = time.Now()
-			err = Run(context.Background(), Command{Root: root, Upper: upper, Platform: "linux/" + arch,
+			start := time.Now()
+			err := Run(context.Background(), Command{Root: root, Upper: upper, Platform: "linux/" + arch,
 				Args: []string{"/bin/sh", "-c", "node -p process.arch && echo made > /etc/marker && rm /etc/debian_version && ls /proc/self/ns >/dev/null; id -u"},
 				Env:  []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Stdout: &out, Stderr: &out})
 			t.Logf("ran in %s: %s", time.Since(start), out.String())

@@ -88,4 +88,6 @@ attempt("a mount namespace", lambda: call("unshare", 0x00020000))  # CLONE_NEWNS
 attempt("write the read-only bind", lambda: write(os.path.join(here, "written"), "x"))
 attempt("/etc/shadow", lambda: hashlib.sha256(read("/etc/shadow", "rb")).hexdigest())
 
+# a file in the writable bind, whose owner on the runner the test reads
+write("/toa-out/made", "by the hostile command\n")
 print(json.dumps({"results": results, "found": found, "uid": os.getuid()}))

@@ -1,0 +1,201 @@
+package sandbox
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var debianEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root"}
+
+// amd64Run is a Command in the amd64 Debian base with a fresh upper folder, as root.
+func amd64Run(t *testing.T, script string) Command {
+	t.Helper()
+	root := debianRoot(t, "amd64", SandboxIDs())
+	upper := filepath.Join(userDir(t, 0), "upper")
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return Command{Root: root, Upper: upper, Platform: "linux/amd64", Args: []string{"/bin/sh", "-c", script}, Env: debianEnv,
+		Timeout: 2 * time.Minute}
+}
+
+// ways runs f for the namespace way and the chroot way (NoNamespacesEnv).
+func ways(t *testing.T, f func(t *testing.T)) {
+	for _, way := range []string{"namespaces", "chroot"} {
+		t.Run(way, func(t *testing.T) {
+			if way == "chroot" {
+				t.Setenv(NoNamespacesEnv, "1")
+			}
+			f(t)
+		})
+	}
+}
+
+// running are the processes of the runner whose command line holds word.
+func running(word string) []string {
+	var out []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if line := strings.ReplaceAll(string(data), "\x00", " "); strings.Contains(line, word) {
+			out = append(out, e.Name()+": "+line)
+		}
+	}
+	return out
+}
+
+// TestLeftovers: a command that leaves processes behind (one in a session of its own) ends when
+// it ends, not at the timeout; what it left is named and killed, on the runner too.
+func TestLeftovers(t *testing.T) {
+	ways(t, func(t *testing.T) {
+		// the second a daemon: forked twice, in a session of its own
+		c := amd64Run(t, `sleep 1000 & (python3 -c "import os, time; os.setsid(); time.sleep(1001)" &); sleep 1; echo started`)
+		c.Timeout = time.Minute
+		var left []string
+		c.Leftovers = func(l []string) { left = l }
+		start := time.Now()
+		err := Run(t.Context(), c)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took > 20*time.Second {
+			t.Errorf("the run took %s: it waited for what the command left", took)
+		}
+		named := func(command string) bool {
+			return slices.ContainsFunc(left, func(l string) bool { return strings.HasPrefix(l, "pid ") && strings.HasSuffix(l, ": "+command) })
+		}
+		if len(left) != 2 || !named("sleep 1000") || !named("python3 -c import os, time; os.setsid(); time.sleep(1001)") {
+			t.Errorf("leftovers %q, want the two sleeps", left)
+		}
+		if still := append(running("sleep 1000"), running("sleep(1001)")...); len(still) > 0 {
+			t.Errorf("still running after the run: %q", still)
+		}
+		t.Logf("ended in %s, named %q", took.Round(time.Millisecond), left)
+	})
+}
+
+// TestProcessBound: a fork bomb of 600 sleepers is stopped at the sandbox's bound within seconds
+// and named so, none of it left.
+func TestProcessBound(t *testing.T) {
+	ways(t, func(t *testing.T) {
+		c := amd64Run(t, "i=0; while [ $i -lt 600 ]; do sleep 100 & i=$((i+1)); done; wait")
+		c.MaxProcesses = 300
+		start := time.Now()
+		err := Run(t.Context(), c)
+		took := time.Since(start)
+		var bound *BoundError
+		if !errors.As(err, &bound) || bound.Bound != BoundProcesses || bound.Limit != 300 {
+			t.Fatalf("err = %v, want the bound of processes", err)
+		}
+		if took > 30*time.Second {
+			t.Errorf("stopped in %s", took)
+		}
+		if !strings.Contains(err.Error(), "reached the sandbox's bound of 300") {
+			t.Errorf("err = %v", err)
+		}
+		if still := running("sleep 100"); len(still) > 0 {
+			t.Errorf("%d sleepers still run after the run", len(still))
+		}
+		t.Logf("stopped in %s: %v", took.Round(time.Millisecond), err)
+	})
+}
+
+// TestFileSizeBound: a file written past the sandbox's bound on one file fails there, named.
+func TestFileSizeBound(t *testing.T) {
+	ways(t, func(t *testing.T) {
+		c := amd64Run(t, "head -c 20000000 /dev/zero > /tmp/big")
+		c.MaxFileSize = 10 << 20
+		err := Run(t.Context(), c)
+		var bound *BoundError
+		if !errors.As(err, &bound) || bound.Bound != BoundFileSize || bound.Path != "/tmp/big" {
+			t.Fatalf("err = %v, want the bound of a file's size, on /tmp/big", err)
+		}
+		if !strings.Contains(err.Error(), "it wrote /tmp/big up to the sandbox's bound of 10 MiB on one file") {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestWriteBound: a command that would write 10 GiB (64 MiB files, each within the file's bound)
+// is stopped past the sandbox's bound on what it writes, named; the overshoot is what it writes
+// in the watcher's interval.
+func TestWriteBound(t *testing.T) {
+	ways(t, func(t *testing.T) {
+		c := amd64Run(t, "i=0; while [ $i -lt 160 ]; do head -c 67108864 /dev/zero > /tmp/f$i; i=$((i+1)); done")
+		c.MaxWrite = 256 << 20
+		start := time.Now()
+		err := Run(t.Context(), c)
+		took := time.Since(start)
+		var bound *BoundError
+		if !errors.As(err, &bound) || bound.Bound != BoundWrite {
+			t.Fatalf("err = %v, want the bound of what it writes", err)
+		}
+		if !strings.Contains(err.Error(), "it wrote more than the sandbox's bound of 256 MiB") {
+			t.Errorf("err = %v", err)
+		}
+		written := newWriteWatch([]watched{{Source: filepath.Join(c.Upper, "tmp"), Target: "/tmp"}}, 0).sum()
+		if filepath.Base(c.Upper) == "upper" && written == 0 { // the chroot way's copy holds it
+			written = newWriteWatch([]watched{{Source: filepath.Join(c.Upper, copyDir, "tmp"), Target: "/tmp"}}, 0).sum()
+		}
+		if written >= 10<<30 {
+			t.Errorf("it wrote %d MiB", written>>20)
+		}
+		t.Logf("stopped in %s, %d MiB written (the bound 256 MiB)", took.Round(time.Millisecond), written>>20)
+	})
+}
+
+// TestNetworkNone: with NetworkNone the command has loopback alone, and it works; by default it
+// has the runner's interfaces.
+func TestNetworkNone(t *testing.T) {
+	script := `python3 -c '
+import socket
+print(" ".join(sorted(n for _, n in socket.if_nameindex())))
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+c = socket.create_connection(s.getsockname()); c.close(); print("loopback works")
+'`
+	interfaces, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runner []string
+	for _, i := range interfaces {
+		runner = append(runner, i.Name)
+	}
+	slices.Sort(runner)
+	for _, tc := range []struct {
+		network Network
+		want    string
+	}{
+		{NetworkNone, "lo\nloopback works"},
+		{NetworkRunner, strings.Join(runner, " ") + "\nloopback works"},
+	} {
+		c := amd64Run(t, script)
+		c.Network = tc.network
+		var out strings.Builder
+		c.Stdout, c.Stderr = &out, &out
+		if err := Run(t.Context(), c); err != nil {
+			t.Fatalf("%q: %v\n%s", tc.network, err, out.String())
+		}
+		if got := strings.TrimSpace(out.String()); got != tc.want {
+			t.Errorf("network %q: %q, want %q", tc.network, got, tc.want)
+		}
+	}
+	t.Setenv(NoNamespacesEnv, "1")
+	c := amd64Run(t, "true")
+	c.Network = NetworkNone
+	var refused *RunnerError
+	if err := Run(t.Context(), c); !errors.As(err, &refused) || !strings.Contains(err.Error(), "a network of loopback alone needs a network namespace") {
+		t.Errorf("no namespaces and no network: %v", err)
+	}
+}
