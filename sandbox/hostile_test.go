@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -78,6 +79,11 @@ func TestHostile(t *testing.T) {
 				Results map[string]string
 				Found   []string
 				UID     int
+				Facts   struct {
+					Descriptors []int
+					ProcMounts  map[string]string `json:"proc mounts"`
+					NoProc      string            `json:"no /proc"`
+				}
 			}
 			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
 				t.Fatalf("the hostile command said: %v\n%s", err, text)
@@ -96,6 +102,25 @@ func TestHostile(t *testing.T) {
 					// chrooted, a copy of the command's own, which goes (the runner's, below, is as it was)
 				default:
 					t.Errorf("%s: %s", attempt, result)
+				}
+			}
+			if tc.who.profile != "" {
+				if got.Facts.NoProc != "ENOENT" {
+					t.Errorf("chrooted, the command has a /proc: %+v", got.Facts)
+				}
+			} else {
+				// 0, 1, 2, and the folder that lists them
+				if len(got.Facts.Descriptors) != 4 || got.Facts.Descriptors[2] != 2 {
+					t.Errorf("the command holds the descriptors %v, want 0, 1, 2 and its own", got.Facts.Descriptors)
+				}
+				for p, options := range got.Facts.ProcMounts {
+					masked := slices.Contains(procMasked, strings.TrimPrefix(p, "/proc/"))
+					if (masked && options == "not mounted") || (!masked && !strings.HasPrefix(options, "ro,")) {
+						t.Errorf("%s is mounted %q, want it read-only or masked", p, options)
+					}
+				}
+				if len(got.Facts.ProcMounts) < 5 {
+					t.Errorf("/proc's knobs: %v", got.Facts.ProcMounts)
 				}
 			}
 			if got.UID != tc.uid {

@@ -50,9 +50,21 @@ var mountCalls = []uint32{unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT,
 // Command is name run with args under the filter of profile, through this test binary (whose
 // TestMain calls Exec). Its environment is this process's.
 func Command(ctx context.Context, profile Profile, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", append([]string{name}, args...)...)
-	cmd.Args[0] = "containerseccomp"
-	cmd.Env = append(os.Environ(), env+"="+string(profile))
+	return Wrap(exec.CommandContext(ctx, name, args...), profile)
+}
+
+// Wrap makes cmd, not started, run its program under the filter of profile, through this test
+// binary (whose TestMain calls Exec): its environment (this process's where it has none), its
+// folder and its SysProcAttr (another user's credentials) stay. This binary is started as
+// /proc/self/exe, which another user can start whatever the folders above it.
+func Wrap(cmd *exec.Cmd, profile Profile) *exec.Cmd {
+	environ := cmd.Env
+	if environ == nil {
+		environ = os.Environ()
+	}
+	cmd.Env = append(environ, env+"="+string(profile))
+	cmd.Args = append([]string{"containerseccomp", cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/proc/self/exe"
 	return cmd
 }
 

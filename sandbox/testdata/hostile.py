@@ -88,6 +88,21 @@ attempt("a mount namespace", lambda: call("unshare", 0x00020000))  # CLONE_NEWNS
 attempt("write the read-only bind", lambda: write(os.path.join(here, "written"), "x"))
 attempt("/etc/shadow", lambda: hashlib.sha256(read("/etc/shadow", "rb")).hexdigest())
 
+# what the command holds: its descriptors (0, 1, 2 and the one that lists them), and how /proc's
+# knobs are mounted (read-only or masked), where there is a /proc
+facts = {}
+try:
+    facts["descriptors"] = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    mounts = {}
+    for line in read("/proc/self/mountinfo").splitlines():
+        fields = line.split()
+        mounts[fields[4]] = fields[5]  # mount point: its options
+    facts["proc mounts"] = {p: mounts.get(p, "not mounted") for p in
+                            ("/proc/sys", "/proc/bus", "/proc/irq", "/proc/fs", "/proc/keys", "/proc/timer_list", "/proc/interrupts")
+                            if os.path.exists(p)}
+except OSError as e:
+    facts["no /proc"] = errno.errorcode.get(e.errno, str(e.errno))
+
 # a file in the writable bind, whose owner on the runner the test reads
 write("/toa-out/made", "by the hostile command\n")
-print(json.dumps({"results": results, "found": found, "uid": os.getuid()}))
+print(json.dumps({"results": results, "found": found, "uid": os.getuid(), "facts": facts}))
