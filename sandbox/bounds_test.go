@@ -85,18 +85,35 @@ func TestLeftovers(t *testing.T) {
 	})
 }
 
-// TestProcessBound: a fork bomb of 600 sleepers is stopped at the sandbox's bound within seconds
-// and named so, none of it left.
+// forkBomb forks 600 sleepers, says where a fork was refused, and waits.
+const forkBomb = `python3 -c '
+import os, time
+for n in range(600):
+    try:
+        if os.fork() == 0:
+            time.sleep(100)
+            os._exit(0)
+    except OSError as e:
+        print("refused after", n, "forks:", os.strerror(e.errno), flush=True)
+        break
+time.sleep(100)
+'`
+
+// TestProcessBound: a fork bomb of 600 sleepers has its forks refused at the sandbox's bound
+// (RLIMIT_NPROC, counted per user namespace, or per id chrooted), is stopped within seconds and
+// named so, none of it left.
 func TestProcessBound(t *testing.T) {
 	ways(t, func(t *testing.T) {
-		c := amd64Run(t, "i=0; while [ $i -lt 600 ]; do sleep 100 & i=$((i+1)); done; wait")
+		c := amd64Run(t, forkBomb)
 		c.MaxProcesses = 300
+		var out strings.Builder
+		c.Stdout, c.Stderr = &out, &out
 		start := time.Now()
 		err := Run(t.Context(), c)
 		took := time.Since(start)
 		var bound *BoundError
 		if !errors.As(err, &bound) || bound.Bound != BoundProcesses || bound.Limit != 300 {
-			t.Fatalf("err = %v, want the bound of processes", err)
+			t.Fatalf("err = %v, want the bound of processes\n%s", err, out.String())
 		}
 		if took > 30*time.Second {
 			t.Errorf("stopped in %s", took)
@@ -104,10 +121,13 @@ func TestProcessBound(t *testing.T) {
 		if !strings.Contains(err.Error(), "reached the sandbox's bound of 300") {
 			t.Errorf("err = %v", err)
 		}
-		if still := running("sleep 100"); len(still) > 0 {
-			t.Errorf("%d sleepers still run after the run", len(still))
+		if !strings.Contains(out.String(), "forks: Resource temporarily unavailable") {
+			t.Errorf("no fork was refused: %q", out.String())
 		}
-		t.Logf("stopped in %s: %v", took.Round(time.Millisecond), err)
+		if still := running("python3 -c"); len(still) > 0 {
+			t.Errorf("%d forks still run after the run", len(still))
+		}
+		t.Logf("stopped in %s: %s", took.Round(time.Millisecond), strings.TrimSpace(out.String()))
 	})
 }
 

@@ -480,9 +480,10 @@ func (s *spec) supervise(ready func() error) report {
 	if len(said) > 0 {
 		r.Setup = string(said)
 	}
-	// at the bound, give or take the command's own exit and a process not yet reaped: a shell
-	// whose fork failed there may end at once, its children alive
-	reached := func() bool { return procs.count() >= int(s.Stage.MaxProcesses)-2 }
+	// at the bound (the kernel refuses the fork past it); at the command's exit, give or take
+	// the command itself and a process not yet reaped: a shell whose fork failed there may end
+	// at once, its children alive
+	reached := func(slack int) bool { return procs.count() >= int(s.Stage.MaxProcesses)-slack }
 	tick := time.NewTicker(procs.interval)
 	defer tick.Stop()
 	killing := false
@@ -494,7 +495,7 @@ func (s *spec) supervise(ready func() error) report {
 			}
 			if e.pid == cmd.Process.Pid && !killing {
 				r.Code = e.code
-				r.Processes = reached()
+				r.Processes = reached(2)
 				r.Leftovers = procs.names()
 				killing = true
 				procs.killAll()
@@ -506,7 +507,7 @@ func (s *spec) supervise(ready func() error) report {
 		case <-tick.C:
 			if killing {
 				procs.killAll()
-			} else if reached() {
+			} else if reached(0) {
 				r.Processes, killing = true, true
 				procs.killAll()
 			}

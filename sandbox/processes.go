@@ -20,7 +20,7 @@ const maxLeftovers = 32
 type processes struct {
 	chroot   bool
 	init     int // the init's pid, as /proc says it
-	uid      int // the chroot way: the sandbox's id, whose tasks RLIMIT_NPROC counts
+	uid      int // the command's id, as /proc says it, whose tasks RLIMIT_NPROC counts
 	interval time.Duration
 }
 
@@ -28,7 +28,7 @@ func (s *spec) processes(main int) *processes {
 	if s.Mode == modeChroot {
 		return &processes{chroot: true, init: os.Getpid(), uid: s.Stage.UID, interval: 250 * time.Millisecond}
 	}
-	return &processes{init: 1, interval: 100 * time.Millisecond}
+	return &processes{init: 1, uid: 0, interval: 100 * time.Millisecond}
 }
 
 // stat is what /proc/PID/stat says of a process.
@@ -157,19 +157,9 @@ func (p *processes) killAll() {
 	}
 }
 
-// count is the tasks (processes and threads) RLIMIT_NPROC counts against the sandbox: those of
-// its PID namespace, the init's included, or every task of the sandbox's id.
+// count is the tasks (processes and threads) RLIMIT_NPROC counts against the command: those of
+// its id, the namespace's root (the init of a root runner is another's) or the chroot way's id.
 func (p *processes) count() int {
-	if !p.chroot {
-		n := 0
-		if st, ok := readStat(p.init); ok {
-			n += st.threads
-		}
-		for _, st := range p.all() {
-			n += st.threads
-		}
-		return n
-	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
