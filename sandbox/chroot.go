@@ -64,26 +64,21 @@ func runChroot(ctx context.Context, c Command, ids IDs, record *copyRecord) erro
 // prepareChroot makes the copy's /dev and /proc and puts each bind at its place. It returns what
 // undoes the binds, in order, and the places hidden from the comparison.
 func prepareChroot(c Command, ids IDs, cp string, binds []Bind) (undo []func(), hidden []string, err error) {
-	if err := makeDev(filepath.Join(cp, "dev")); err != nil {
-		return nil, nil, setupError(c, fmt.Sprintf("make the devices of the copy of the base: %v", err))
-	}
-	proc := filepath.Join(cp, "proc")
-	if err := os.MkdirAll(proc, 0o555); err != nil {
-		return nil, nil, err
-	}
-	// root's and empty: the command cannot write there, as it cannot in a mounted /proc
-	if err := os.Lchown(proc, 0, 0); err != nil {
-		return nil, nil, err
-	}
-	if err := os.Chmod(proc, 0o555); err != nil {
-		return nil, nil, err
-	}
-	hidden = []string{"dev", "proc"}
 	rootFd, err := unix.Open(cp, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unix.Close(rootFd)
+	if err := makeDev(rootFd); err != nil {
+		return nil, nil, setupError(c, fmt.Sprintf("make the devices of the copy of the base: %v", err))
+	}
+	// root's and empty: the command cannot write there, as it cannot in a mounted /proc
+	proc, err := rootFolder(rootFd, "proc", 0o555)
+	if err != nil {
+		return nil, nil, fmt.Errorf("make /proc in the copy of the base: %w", err)
+	}
+	unix.Close(proc)
+	hidden = []string{"dev", "proc"}
 	x := &extractor{root: rootFd}
 	for i, b := range binds {
 		rel := clean(b.Target)
@@ -101,45 +96,75 @@ func prepareChroot(c Command, ids IDs, cp string, binds []Bind) (undo []func(), 
 	return undo, hidden, nil
 }
 
+// rootFolder opens the folder name of the copy's root (rootFd), root's with mode: a link or a
+// file there (a command of an earlier run of the copy may have put one there) is replaced, never
+// followed, as what is done in it is root's.
+func rootFolder(rootFd int, name string, mode uint32) (int, error) {
+	open := func() (int, error) {
+		return unix.Openat(rootFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
+	fd, err := open()
+	if err != nil {
+		if err := removeAt(rootFd, name); err != nil {
+			return -1, err
+		}
+		if err := unix.Mkdirat(rootFd, name, 0o700); err != nil {
+			return -1, err
+		}
+		if fd, err = open(); err != nil {
+			return -1, err
+		}
+	}
+	if err := unix.Fchown(fd, 0, 0); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
 }
 
-// makeDev makes dev root's, with the devices a build uses and nothing else: the command cannot
-// add any, as it cannot to the namespace way's tmpfs beyond its size.
-func makeDev(dev string) error {
-	if err := os.MkdirAll(dev, 0o755); err != nil {
-		return err
-	}
-	if err := os.Lchown(dev, 0, 0); err != nil {
-		return err
-	}
-	if err := os.Chmod(dev, 0o755); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(dev)
+// makeDev makes the copy's /dev root's, with the devices a build uses and nothing else: the
+// command cannot add any, as it cannot to the namespace way's tmpfs beyond its size.
+func makeDev(rootFd int) error {
+	dev, err := rootFolder(rootFd, "dev", 0o755)
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		removeAll(filepath.Join(dev, e.Name()))
+	defer unix.Close(dev)
+	names, err := namesAt(dev)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := removeAt(dev, n); err != nil {
+			return err
+		}
 	}
 	for name, n := range deviceNumbers {
-		p := filepath.Join(dev, name)
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n[0], n[1]))); err != nil {
+		if err := unix.Mknodat(dev, name, unix.S_IFCHR|0o666, int(unix.Mkdev(n[0], n[1]))); err != nil {
 			return fmt.Errorf("mknod /dev/%s: %w", name, err)
 		}
-		if err := os.Chmod(p, 0o666); err != nil { // past the umask
+		if err := unix.Fchmodat(dev, name, 0o666, 0); err != nil { // past the umask; a node just made
 			return err
 		}
 	}
 	for name, target := range deviceLinks {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+		if err := unix.Symlinkat(target, dev, name); err != nil {
 			return err
 		}
 	}
-	return os.Mkdir(filepath.Join(dev, "shm"), 0o1777|os.ModeSticky)
+	if err := unix.Mkdirat(dev, "shm", 0o700); err != nil {
+		return err
+	}
+	return unix.Fchmodat(dev, "shm", 0o1777, 0)
 }
 
 // bindPlace is a bind of the chroot way.

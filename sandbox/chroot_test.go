@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -223,5 +224,36 @@ func TestSandboxIDs(t *testing.T) {
 	ids := SandboxIDs()
 	if os.Geteuid() == 0 && (ids.UID == 0 || ids.GID == 0 || !ids.Root) {
 		t.Errorf("as root: %+v, want another id", ids)
+	}
+}
+
+// TestChrootLinksNotFollowed: a command chrooted in a copy owns the copy's root, and may put a link
+// where /dev was, to a folder of the runner's; the next run of the copy (build.run's next line)
+// makes /dev again there, and the runner's folder is left whole. A base whose /dev is a link is
+// refused before anything runs.
+func TestChrootLinksNotFollowed(t *testing.T) {
+	t.Setenv(NoNamespacesEnv, "1")
+	victim := userDir(t, 0)
+	os.WriteFile(filepath.Join(victim, "precious"), []byte("the runner's"), 0o644)
+	c := amd64Run(t, "mv /dev /dev.old && ln -s "+victim+" /dev && ln -s "+victim+" /proc.new && mv /proc /proc.old && mv /proc.new /proc")
+	if err := Run(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	c.Args = []string{"/bin/sh", "-c", "ls /dev > /dev/null"}
+	if err := Run(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(victim, "precious")); err != nil || string(data) != "the runner's" {
+		t.Errorf("the runner's folder: %q, %v", data, err)
+	}
+	if entries, _ := os.ReadDir(victim); len(entries) != 1 {
+		t.Errorf("the runner's folder holds %d entries", len(entries))
+	}
+	root := t.TempDir()
+	os.Mkdir(filepath.Join(root, "proc"), 0o755)
+	os.Symlink("/etc", filepath.Join(root, "dev"))
+	err := Run(t.Context(), Command{Root: root, Upper: t.TempDir(), Platform: "linux/" + runtime.GOARCH, Args: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "the base's /dev is a link, not a folder") {
+		t.Errorf("a base whose /dev is a link: %v", err)
 	}
 }

@@ -461,11 +461,21 @@ func (s *spec) supervise(ready func() error) report {
 	// the stage says when its program is loaded (its libraries from the runner's root), and
 	// waits for ready (the pivot into the base): nothing of the base runs before it confines
 	// itself
-	if loaded, _ := errR.Read(make([]byte, 1)); loaded == 1 && ready != nil {
+	stopStage := func(why string, err error) report {
+		_ = cmd.Process.Kill()
+		_, _ = cmd.Process.Wait()
+		r := report{Setup: why}
+		if errors.Is(err, unix.ENOENT) {
+			r.Refused = refusedGone
+		}
+		return r
+	}
+	if loaded, _ := errR.Read(make([]byte, 1)); loaded != 1 {
+		return stopStage("the process that becomes the command ended as it started", nil)
+	}
+	if ready != nil {
 		if err := ready(); err != nil {
-			_ = cmd.Process.Kill()
-			_, _ = cmd.Process.Wait()
-			return report{Setup: err.Error()}
+			return stopStage(err.Error(), err)
 		}
 	}
 	_, _ = goW.Write([]byte{1})
@@ -475,7 +485,7 @@ func (s *spec) supervise(ready func() error) report {
 	// until it becomes the command, the stage says only what stopped it
 	said, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
 	errR.Close()
-	procs := s.processes(cmd.Process.Pid)
+	procs := s.processes()
 	var r report
 	if len(said) > 0 {
 		r.Setup = string(said)

@@ -17,10 +17,11 @@ import (
 // private copy of it in c.Upper (modeCopy).
 func runNamespaces(ctx context.Context, c Command, ids IDs, mode string) error {
 	s := spec{Mode: mode, Upper: c.Upper, Network: c.Network, RefuseOverlay: os.Getenv(NoOverlayEnv) == "1", HostRoot: ids.Root}
-	if err := ids.Own(c.Upper); err != nil {
-		return gone(c, "give the run's upper folder to the sandbox's user", err)
-	}
 	if mode == modeOverlay {
+		// the copy of modeCopy was made the sandbox's, whole
+		if err := ids.Own(c.Upper); err != nil {
+			return gone(c, "give the run's upper folder to the sandbox's user", err)
+		}
 		if ids.Root && exists(c.Root) && !ids.owns(c.Root) {
 			// a root unpacked by another program, or before toa-push gave roots to the sandbox
 			if err := ids.Own(c.Root); err != nil {
@@ -153,12 +154,14 @@ func namespaces(ids IDs, network Network) *syscall.SysProcAttr {
 	return attr
 }
 
-// startError is the error of an init that could not be started: namespaces refused (EPERM
-// from a seccomp profile or a sysctl, ENOSPC where max_user_namespaces is 0, EINVAL or EACCES
-// from a map the kernel refuses) are namespacesRefused, which Run answers with the chroot way or
-// the runner's error.
-func startError(c Command, err error) error {
-	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOSYS) {
+// startError is the error of an init that could not be started with attr: its namespaces
+// refused (EPERM from a seccomp profile or a sysctl, ENOSPC where max_user_namespaces is 0,
+// EINVAL or EACCES from a map the kernel refuses) are namespacesRefused, which Run answers with
+// the chroot way or the runner's error.
+func startError(c Command, attr *syscall.SysProcAttr, err error) error {
+	refused := errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EINVAL) ||
+		errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOSYS)
+	if attr.Cloneflags != 0 && refused {
 		return &namespacesRefused{why: namespacesCause(err)}
 	}
 	return fmt.Errorf("start the sandbox for %s: %w", c.Platform, err)

@@ -24,7 +24,7 @@ type processes struct {
 	interval time.Duration
 }
 
-func (s *spec) processes(main int) *processes {
+func (s *spec) processes() *processes {
 	if s.Mode == modeChroot {
 		return &processes{chroot: true, init: os.Getpid(), uid: s.Stage.UID, interval: 250 * time.Millisecond}
 	}

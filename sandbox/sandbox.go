@@ -189,6 +189,9 @@ func Run(ctx context.Context, c Command) error {
 	if c.Network != NetworkRunner && c.Network != NetworkNone {
 		return fmt.Errorf("the sandbox's network %q: want the runner's (\"\") or %q", c.Network, NetworkNone)
 	}
+	if err := mountPointsAreFolders(c.Root); err != nil {
+		return err
+	}
 	ids := SandboxIDs()
 	c = c.withDefaults()
 	copied, err := readCopy(c.Upper)
@@ -224,6 +227,22 @@ func Run(ctx context.Context, c Command) error {
 			refused.why, strings.Join(c.Args, " "), c.Platform, size>>20, time.Since(start).Round(time.Millisecond)))
 	}
 	return runNamespaces(ctx, c, ids, modeCopy)
+}
+
+// mountPointsAreFolders says whether root's /dev and /proc are folders, where the sandbox mounts (or, the
+// chroot way, makes) its own: a base whose are links would have them followed.
+func mountPointsAreFolders(root string) error {
+	for _, name := range []string{"dev", "proc"} {
+		info, err := os.Lstat(filepath.Join(root, name))
+		if err == nil && !info.IsDir() {
+			kind := "file"
+			if info.Mode()&os.ModeSymlink != 0 {
+				kind = "link"
+			}
+			return fmt.Errorf("the base's /%s is a %s, not a folder: the sandbox mounts its own there", name, kind)
+		}
+	}
+	return nil
 }
 
 // runWithoutNamespaces runs c where no namespace can be made: chrooted in a private copy of the

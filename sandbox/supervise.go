@@ -69,7 +69,7 @@ func supervise(ctx context.Context, c Command, s spec, attr *syscall.SysProcAttr
 	w := newWriteWatch(dirs, c.MaxWrite)
 	if err := cmd.Start(); err != nil {
 		statusW.Close()
-		return startError(c, err)
+		return startError(c, attr, err)
 	}
 	statusW.Close()
 	reports := make(chan report, 1)
