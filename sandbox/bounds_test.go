@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -219,3 +220,51 @@ c = socket.create_connection(s.getsockname()); c.close(); print("loopback works"
 		t.Errorf("no namespaces and no network: %v", err)
 	}
 }
+
+// TestProcessBoundPerSandbox: RLIMIT_NPROC counts a sandbox's own tasks (per user namespace, as
+// Linux counts it since 5.14), not every task of the sandbox's id: 250 sleepers of another
+// sandbox at once, of the same id as root runs them, take nothing of this one's bound.
+func TestProcessBoundPerSandbox(t *testing.T) {
+	other := amd64Run(t, `python3 -c '
+import os, time
+for n in range(250):
+    if os.fork() == 0:
+        time.sleep(100)
+        os._exit(0)
+print("forked", flush=True)
+time.sleep(100)
+'`)
+	forked := make(chan struct{})
+	other.Stdout = writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "forked") {
+			close(forked)
+		}
+		return len(p), nil
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, other) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-forked:
+	case err := <-done:
+		t.Fatalf("the other sandbox: %v", err)
+	}
+	c := amd64Run(t, forkBomb)
+	c.MaxProcesses = 300
+	var out strings.Builder
+	c.Stdout, c.Stderr = &out, &out
+	err := Run(t.Context(), c)
+	var bound *BoundError
+	if !errors.As(err, &bound) || !strings.Contains(out.String(), "refused after 29") {
+		t.Errorf("err = %v, output %q; want the bound reached after some 298 forks, the other sandbox's not counted", err, out.String())
+	}
+	t.Logf("beside 250 tasks of another sandbox of the same id: %s", strings.TrimSpace(out.String()))
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
