@@ -32,6 +32,7 @@ func ways(t *testing.T, f func(t *testing.T)) {
 	for _, way := range []string{"namespaces", "chroot"} {
 		t.Run(way, func(t *testing.T) {
 			if way == "chroot" {
+				needRoot(t, "it runs the sandbox chrooted")
 				t.Setenv(NoNamespacesEnv, "1")
 			}
 			f(t)
@@ -212,6 +213,7 @@ c = socket.create_connection(s.getsockname()); c.close(); print("loopback works"
 			t.Errorf("network %q: %q, want %q", tc.network, got, tc.want)
 		}
 	}
+	needRoot(t, "it runs the sandbox chrooted")
 	t.Setenv(NoNamespacesEnv, "1")
 	c := amd64Run(t, "true")
 	c.Network = NetworkNone

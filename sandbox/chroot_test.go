@@ -232,6 +232,7 @@ func TestSandboxIDs(t *testing.T) {
 // makes /dev again there, and the runner's folder is left whole. A base whose /dev is a link is
 // refused before anything runs.
 func TestChrootLinksNotFollowed(t *testing.T) {
+	needRoot(t, "it runs the sandbox chrooted")
 	t.Setenv(NoNamespacesEnv, "1")
 	victim := userDir(t, 0)
 	os.WriteFile(filepath.Join(victim, "precious"), []byte("the runner's"), 0o644)
