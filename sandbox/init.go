@@ -91,6 +91,10 @@ func (s *spec) enter() error {
 	if dir == "" {
 		dir = "/"
 	}
+	// made where the root lacks it, as a Dockerfile's WORKDIR makes it
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("make the working folder %s: %w", dir, err)
+	}
 	return os.Chdir(dir)
 }
 
