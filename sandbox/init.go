@@ -109,7 +109,18 @@ func (s *spec) root() (string, error) {
 		}
 		return s.Copy, nil
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", s.Lower, s.Upper, s.Work)
+	// the folders by descriptor: a comma or a colon in a path (a TOA_CACHE of the user's) would
+	// end an option or a lower folder in overlayfs's options
+	var dirs [3]string
+	for i, dir := range []string{s.Lower, s.Upper, s.Work} {
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("open %s for the overlay: %w", dir, err)
+		}
+		defer unix.Close(fd)
+		dirs[i] = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", dirs[0], dirs[1], dirs[2])
 	var err error
 	if s.RefuseOverlay {
 		err = fmt.Errorf("%w (%s=1)", unix.EPERM, NoOverlayEnv)
@@ -120,7 +131,7 @@ func (s *spec) root() (string, error) {
 		return "", fmt.Errorf("%sthe kernel does not let a user namespace mount an overlay over the base: %w", refusedPrefix, err)
 	}
 	if err != nil {
-		return "", fmt.Errorf("mount an overlay over the base (%s): %w", opts, err)
+		return "", fmt.Errorf("mount an overlay over the base (lowerdir=%s, upperdir=%s, workdir=%s): %w", s.Lower, s.Upper, s.Work, err)
 	}
 	return s.Merged, nil
 }
