@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -416,43 +415,10 @@ func clearAt(dirFd int, dir string, written map[string]bool) error {
 }
 
 // removeAt removes name in the folder dirFd and, for a folder, all in it; never through a link.
-func removeAt(dirFd int, name string) error {
-	err := unix.Unlinkat(dirFd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) {
-		return err
-	}
-	fd, err := unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	// the folder made writable first: an image's folder may be read-only for its owner
-	_ = unix.Fchmod(fd, 0o700)
-	names, err := namesAt(fd)
-	for _, n := range names {
-		if err == nil {
-			err = removeAt(fd, n)
-		}
-	}
-	unix.Close(fd)
-	if err != nil {
-		return err
-	}
-	return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
-}
+func removeAt(dirFd int, name string) error { return fsys.RemoveAt(dirFd, name) }
 
 // namesAt lists the folder fd (read through a descriptor of its own, fd stays at its start).
-func namesAt(fd int) ([]string, error) {
-	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), ".")
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
+func namesAt(fd int) ([]string, error) { return fsys.NamesAt(fd) }
 
 // mountPoint makes rel a folder or an empty file, replacing a link (a base's resolv.conf often
 // links to a file of systemd's) so that a bind mount lands inside the root.
@@ -501,18 +467,7 @@ func modeBits(mode uint32) os.FileMode {
 	return m
 }
 
-// removeAll removes a folder whose sub-folders may lack write permission for their owner.
-func removeAll(dir string) {
-	if os.RemoveAll(dir) == nil {
-		return
-	}
-	// WalkDir, unlike Walk, calls back before it reads a folder: overlayfs leaves its work
-	// folder with mode 0
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o755)
-		}
-		return nil
-	})
-	_ = os.RemoveAll(dir)
-}
+// removeAll removes a folder of the cache's (a failed unpack, a sandbox's work folder), whose
+// folders may lack permissions for their owner, never through a link a command in the sandbox
+// may have left (fsys.RemoveAll). A folder that cannot be removed is left for the cache's prune.
+func removeAll(dir string) { _ = fsys.RemoveAll(dir) }
