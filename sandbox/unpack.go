@@ -136,13 +136,13 @@ func apply(ctx context.Context, img v1.Image, dir string) (int64, error) {
 		return 0, err
 	}
 	defer unix.Close(rootFd)
-	layers, err := img.Layers()
+	layers, at, err := baseLayers(img)
 	if err != nil {
 		return 0, err
 	}
 	x := &extractor{root: rootFd}
-	for _, l := range layers {
-		if err := x.layer(ctx, l); err != nil {
+	for i, l := range layers {
+		if err := x.layer(ctx, l, at[i]); err != nil {
 			return 0, err
 		}
 	}
@@ -162,10 +162,10 @@ const (
 	opaqueWhiteout = ".wh..wh..opq"
 )
 
-// layer applies one layer over what is unpacked, and reads the rest of its blob unless that
-// failed (openLayer).
-func (x *extractor) layer(ctx context.Context, l v1.Layer) error {
-	r, err := openLayer(l)
+// layer applies one layer, at its place at in the base, over what is unpacked, and reads the
+// rest of it, checked against its digest and its diff ID, unless that failed (openLayer).
+func (x *extractor) layer(ctx context.Context, l v1.Layer, at layerAt) error {
+	r, err := openLayer(l, at)
 	if err != nil {
 		return err
 	}
