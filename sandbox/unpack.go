@@ -33,14 +33,14 @@ var mountPoints = []struct {
 }
 
 // Unpack returns the root file system of img unpacked under cacheDir (fsys.BaseRoots), once per
-// config digest:
+// chain of layers (ChainID, never the config digest: a config can be put over other layers):
 // its layers applied in order as a runtime applies them (whiteouts and opaque folders honoured),
 // into a temporary folder renamed into place when whole, so that a root in the cache is never
 // half-written. Entries that would lead out of the root (`..`, absolute or relative links followed
 // while unpacking) stay inside it, as they resolve in the image; devices are skipped, owners are
 // not kept (the runner's user owns everything, mapped to root inside the sandbox). Each layer is
-// read to its end, so that its digest is checked before the root is kept (openLayer). The root
-// is never written after.
+// read to its end, so that its digest and its diff ID are checked before the root is kept
+// (openLayer): a root in the cache holds what its key names. The root is never written after.
 func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) {
 	return UnpackHeld(ctx, img, cacheDir, nil)
 }
@@ -50,16 +50,17 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 // that a prune removed between the look and the hold, found or freshly unpacked, is unpacked
 // again, a bounded number of times.
 func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.Holds) (string, error) {
-	digest, err := img.ConfigName()
-	if err != nil {
-		return "", fmt.Errorf("read the base's config digest: %w", err)
-	}
+	name := baseName(img)
 	roots := filepath.Join(cacheDir, "roots")
-	entry := filepath.Join(roots, digest.Algorithm+"-"+digest.Hex)
+	key, err := ChainID(img)
+	if err != nil {
+		return "", fmt.Errorf("unpack the base %s: %w", name, err)
+	}
+	entry := rootEntry(roots, key)
 	root := filepath.Join(entry, "root")
 	for tries := 1; ; tries++ {
 		if _, err := os.Stat(root); err != nil {
-			if err := unpack(ctx, img, digest, roots, entry); err != nil {
+			if err := unpack(ctx, img, name, roots, entry); err != nil {
 				return "", err
 			}
 		}
@@ -72,6 +73,20 @@ func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.
 			return "", err
 		}
 	}
+}
+
+// rootEntry is the folder of the root of the layers whose chain ID is key (fsys.BaseRoots).
+func rootEntry(roots string, key v1.Hash) string {
+	return filepath.Join(roots, key.Algorithm+"-"+key.Hex)
+}
+
+// baseName names img in messages: its manifest's digest, as the plan and the kustomization name
+// a base.
+func baseName(img v1.Image) string {
+	if d, err := img.Digest(); err == nil {
+		return d.String()
+	}
+	return "of this platform"
 }
 
 // unpackTries bounds the unpacks of a root that other runs' prunes keep removing before it is
@@ -90,8 +105,8 @@ func hold(holds *fsys.Holds, entry, root string) error {
 	return nil
 }
 
-// unpack unpacks img, whose config digest is digest, as entry's root, whole or not at all.
-func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry string) error {
+// unpack unpacks img, named name in messages, as entry's root, whole or not at all.
+func unpack(ctx context.Context, img v1.Image, name string, roots, entry string) error {
 	root := filepath.Join(entry, "root")
 	if err := os.MkdirAll(roots, 0o755); err != nil {
 		return fmt.Errorf("create the folder of unpacked bases: %w", err)
@@ -106,11 +121,11 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry stri
 	}
 	size, err := apply(ctx, img, filepath.Join(tmp, "root"))
 	if err != nil {
-		return fmt.Errorf("unpack the base %s: %w", digest, err)
+		return fmt.Errorf("unpack the base %s: %w", name, err)
 	}
 	// what the cache's bound counts, without walking the root at every run's end
 	if err := os.WriteFile(filepath.Join(tmp, fsys.FolderSizeFile), []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
-		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", name, err)
 	}
 	if _, err := os.Stat(root); err == nil {
 		return nil // another run unpacked it meanwhile
@@ -120,7 +135,7 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry stri
 		if _, statErr := os.Stat(root); statErr == nil {
 			return nil // another run unpacked it first
 		}
-		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", name, err)
 	}
 	return nil
 }
