@@ -52,15 +52,16 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.Holds) (string, error) {
 	name := baseName(img)
 	roots := filepath.Join(cacheDir, "roots")
-	key, err := ChainID(img)
+	chain, err := chainIDs(img)
 	if err != nil {
 		return "", fmt.Errorf("unpack the base %s: %w", name, err)
 	}
+	key, _ := ChainID(img) // chainIDs took what could fail
 	entry := rootEntry(roots, key)
 	root := filepath.Join(entry, "root")
 	for tries := 1; ; tries++ {
 		if _, err := os.Stat(root); err != nil {
-			if err := unpack(ctx, img, name, roots, entry); err != nil {
+			if err := unpack(ctx, img, name, chain, roots, entry); err != nil {
 				return "", err
 			}
 		}
@@ -105,8 +106,10 @@ func hold(holds *fsys.Holds, entry, root string) error {
 	return nil
 }
 
-// unpack unpacks img, named name in messages, as entry's root, whole or not at all.
-func unpack(ctx context.Context, img v1.Image, name string, roots, entry string) error {
+// unpack unpacks img, named name in messages, the chain IDs of whose layers are chain, as
+// entry's root, whole or not at all: from the root of the longest chain of its lowest layers the
+// cache holds (extend), else from its first layer.
+func unpack(ctx context.Context, img v1.Image, name string, chain []v1.Hash, roots, entry string) error {
 	root := filepath.Join(entry, "root")
 	if err := os.MkdirAll(roots, 0o755); err != nil {
 		return fmt.Errorf("create the folder of unpacked bases: %w", err)
@@ -119,7 +122,7 @@ func unpack(ctx context.Context, img v1.Image, name string, roots, entry string)
 	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
 		return fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
-	size, err := apply(ctx, img, filepath.Join(tmp, "root"))
+	size, err := makeRoot(ctx, img, chain, roots, filepath.Join(tmp, "root"))
 	if err != nil {
 		return fmt.Errorf("unpack the base %s: %w", name, err)
 	}
@@ -140,22 +143,35 @@ func unpack(ctx context.Context, img v1.Image, name string, roots, entry string)
 	return nil
 }
 
-// apply writes img's layers, the lowest first, into the empty folder dir, and makes the mount
-// points. Applying each layer over the ones below, as containerd and containers/storage do, reads
-// each tar once; a flattened stream (mutate.Extract) wrote every entry into a pipe and read it
-// back, a fifth of the unpack's processor time.
-// The bytes of the files written are returned.
-func apply(ctx context.Context, img v1.Image, dir string) (int64, error) {
+// makeRoot makes dir, an empty folder, the root of img: a copy of the root of its lowest layers
+// that the cache holds, the longest such chain (extend), with the layers above applied; else all
+// its layers applied. The size of the root is returned.
+func makeRoot(ctx context.Context, img v1.Image, chain []v1.Hash, roots, dir string) (int64, error) {
+	layers, at, err := baseLayers(img)
+	if err != nil {
+		return 0, err
+	}
+	for k := len(layers) - 1; k >= 1; k-- {
+		size, ok, err := extend(ctx, rootEntry(roots, chain[k-1]), layers[k:], at[k:], dir)
+		if err != nil || ok {
+			return size, err
+		}
+	}
+	return apply(ctx, layers, at, dir, 0)
+}
+
+// apply writes layers (at their places at), the lowest first, into the folder dir, over what it
+// holds (size bytes), and makes the mount points. Applying each layer over the ones below, as
+// containerd and containers/storage do, reads each tar once; a flattened stream (mutate.Extract)
+// wrote every entry into a pipe and read it back, a fifth of the unpack's processor time.
+// The bytes of the files written are returned, size among them.
+func apply(ctx context.Context, layers []v1.Layer, at []layerAt, dir string, size int64) (int64, error) {
 	rootFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(rootFd)
-	layers, at, err := baseLayers(img)
-	if err != nil {
-		return 0, err
-	}
-	x := &extractor{root: rootFd}
+	x := &extractor{root: rootFd, total: size}
 	for i, l := range layers {
 		if err := x.layer(ctx, l, at[i]); err != nil {
 			return 0, err
