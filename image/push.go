@@ -583,7 +583,7 @@ func findLibc(ctx context.Context, img v1.Image) (string, error) {
 			}
 			if layer.IsMuslLoader(h.Name) {
 				libc = "musl"
-				return sandbox.SkipRest
+				return sandbox.ErrSkipRest
 			}
 		}
 	})

@@ -19,11 +19,16 @@ func ChainID(img v1.Image) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, err
 	}
+	return chainKey(chain), nil
+}
+
+// chainKey is the chain ID of all the layers whose chain IDs are chain (chainIDs).
+func chainKey(chain []v1.Hash) v1.Hash {
 	if len(chain) == 0 {
 		sum := sha256.Sum256(nil)
-		return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}, nil
+		return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
 	}
-	return chain[len(chain)-1], nil
+	return chain[len(chain)-1]
 }
 
 // chainIDs are the chain IDs of each of img's layers with those below it: [i] is that of

@@ -83,7 +83,7 @@ func TestUnpackRefusesLayersNotOfItsConfig(t *testing.T) {
 
 // TestEachLayer: the layers are read the lowest first, each to its end after the function; a
 // layer not of the config fails the reading even when the function stopped at its first entry
-// (SkipRest), and SkipRest ends it without reading the layers above.
+// (ErrSkipRest), and ErrSkipRest ends it without reading the layers above.
 func TestEachLayer(t *testing.T) {
 	lower := layerOf(t, "gzip", entry{name: "lib/ld-musl-x86_64.so.1", data: "loader", kind: tar.TypeReg}, entry{name: "lib/z", data: "z", kind: tar.TypeReg})
 	upper := layerOf(t, "zstd", entry{name: "etc/a", data: "a", kind: tar.TypeReg})
@@ -99,7 +99,7 @@ func TestEachLayer(t *testing.T) {
 			}
 			*seen = append(*seen, h.Name)
 			if skip {
-				return SkipRest
+				return ErrSkipRest
 			}
 			_, err = io.Copy(io.Discard, tr)
 			return err
@@ -111,7 +111,7 @@ func TestEachLayer(t *testing.T) {
 	}
 	seen = nil
 	if err := EachLayer(t.Context(), genuine, firstOf(&seen, true)); err != nil || strings.Join(seen, " ") != "lib/ld-musl-x86_64.so.1" {
-		t.Errorf("EachLayer with SkipRest = %v, saw %v", err, seen)
+		t.Errorf("EachLayer with ErrSkipRest = %v, saw %v", err, seen)
 	}
 	forged := withConfigOf(t, genuine, layerOf(t, "gzip", entry{name: "lib/ld-musl-x86_64.so.1", data: "other", kind: tar.TypeReg}), upper)
 	seen = nil

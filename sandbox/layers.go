@@ -285,15 +285,15 @@ func baseLayers(img v1.Image) ([]v1.Layer, []layerAt, error) {
 	return layers, at, nil
 }
 
-// SkipRest, returned by the function EachLayer calls, ends the reading after the layer it was
+// ErrSkipRest, returned by the function EachLayer calls, ends the reading after the layer it was
 // given, which is still read to its end and checked.
-var SkipRest = errors.New("skip the rest of the layers")
+var ErrSkipRest = errors.New("skip the rest of the layers")
 
 // EachLayer reads img's layers, the lowest first, each as a tar stream given to f with its
 // index, and each to its end after f, its blob checked against its digest and its uncompressed
 // bytes against the diff ID its config names (and the layers counted against them): what f
-// found is to be believed, or cached, only when EachLayer returns nil. f returns SkipRest to end
-// the reading after that layer.
+// found is to be believed, or cached, only when EachLayer returns nil. f returns ErrSkipRest to
+// end the reading after that layer.
 func EachLayer(ctx context.Context, img v1.Image, f func(i int, tr *tar.Reader) error) error {
 	layers, at, err := baseLayers(img)
 	if err != nil {
@@ -308,7 +308,7 @@ func EachLayer(ctx context.Context, img v1.Image, f func(i int, tr *tar.Reader) 
 			return fmt.Errorf("read the layer %d of %d: %w", i+1, len(layers), err)
 		}
 		err = f(i, tar.NewReader(r))
-		skip := errors.Is(err, SkipRest)
+		skip := errors.Is(err, ErrSkipRest)
 		if closeErr := r.close(err == nil || skip); err == nil || skip {
 			err = closeErr
 			if err == nil && skip {

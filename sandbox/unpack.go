@@ -56,8 +56,7 @@ func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.
 	if err != nil {
 		return "", fmt.Errorf("unpack the base %s: %w", name, err)
 	}
-	key, _ := ChainID(img) // chainIDs took what could fail
-	entry := rootEntry(roots, key)
+	entry := rootEntry(roots, chainKey(chain))
 	root := filepath.Join(entry, "root")
 	for tries := 1; ; tries++ {
 		if _, err := os.Stat(root); err != nil {
