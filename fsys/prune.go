@@ -170,8 +170,11 @@ func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneR
 // be reached without a link is left.
 func removeUnheld(rootFd int, e Entry) (bool, error) {
 	dirFd, link, err := openFolder(rootFd, e.folder)
-	if err != nil || link != "" {
-		return false, ignoreMissing(err)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || link != "" {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
 	}
 	defer unix.Close(dirFd)
 	if e.dir {
@@ -254,7 +257,7 @@ func (c Cache) entries(root string, rootFd int) ([]Entry, error) {
 	var out []Entry
 	for _, name := range names {
 		ok, _ := filepath.Match(pattern, name)
-		partial := strings.HasPrefix(name, PartialPrefix)
+		partial := strings.HasPrefix(name, PartialPrefix) && c.Pattern() != "" // a whole folder has none
 		if !ok && !partial {
 			continue
 		}
