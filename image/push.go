@@ -17,6 +17,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -553,7 +554,7 @@ func (b *builder) lookForLibc(ctx context.Context, t Target, digest string, work
 		}
 	}
 	if !ok {
-		if libc, err = findLibc(t.Base); err != nil {
+		if libc, err = findLibc(ctx, t.Base); err != nil {
 			return "", err
 		}
 	}
@@ -563,46 +564,33 @@ func (b *builder) lookForLibc(ctx context.Context, t Target, digest string, work
 	return libc, nil
 }
 
-func findLibc(img v1.Image) (string, error) {
-	layers, err := img.Layers()
+// findLibc looks through the base's layers, the lowest first, for musl's loader where
+// layer.UnpackBase looks for it in an unpacked root, so that both say the same of one base. What
+// it found is believed only once each layer it read was read to its end and checked against its
+// digest and the diff ID the base's config names (sandbox.EachLayer): neither a registry that
+// served other bytes nor a base whose layers are not those of its config decides the libc kept
+// in the cache.
+func findLibc(ctx context.Context, img v1.Image) (string, error) {
+	libc := "glibc"
+	err := sandbox.EachLayer(ctx, img, func(_ int, tr *tar.Reader) error {
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if layer.IsMuslLoader(h.Name) {
+				libc = "musl"
+				return sandbox.ErrSkipRest
+			}
+		}
+	})
 	if err != nil {
 		return "", err
 	}
-	for _, l := range layers {
-		found, err := holdsMusl(l)
-		if err != nil {
-			return "", err
-		}
-		if found {
-			return "musl", nil
-		}
-	}
-	return "glibc", nil
-}
-
-// holdsMusl is whether the layer holds musl's loader where layer.UnpackBase looks for it in
-// an unpacked root, so that both say the same of one base.
-func holdsMusl(l v1.Layer) (bool, error) {
-	rc, err := l.Uncompressed()
-	if err != nil {
-		return false, err
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return false, registry.ReadWhole(rc)
-		}
-		if err != nil {
-			return false, err
-		}
-		if layer.IsMuslLoader(h.Name) {
-			// believed only once the whole layer is read and its digest checked: a registry
-			// that served another layer under this digest must not decide the libc
-			return true, registry.ReadWhole(rc)
-		}
-	}
+	return libc, nil
 }
 
 // globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.
