@@ -305,7 +305,7 @@ func sweep(dir, prefix string) {
 			continue
 		}
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			fsys.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
 }

@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -76,7 +75,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if inBase && j.scripted {
 		// the scripts run on top of the base and of what build.run made there: its layers'
 		// digests, never a name or a config a hostile base could share with another
-		chain, err := chainID(o.base)
+		chain, err := sandbox.ChainID(o.base)
 		if err != nil {
 			return nil, fmt.Errorf("read the layers of the base for %s: %w", in.platform, err)
 		}
@@ -93,7 +92,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(staging)
+	defer fsys.RemoveAll(staging)
 	dir, args, err := j.stage(staging)
 	if err != nil {
 		return nil, err

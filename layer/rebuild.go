@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
@@ -189,7 +190,7 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(upper)
+	defer fsys.RemoveAll(upper)
 	var out bytes.Buffer
 	err = sandbox.Run(ctx, o.sandboxCommand(sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: o.buildEnv(cfg, root, o.npmConfig), Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
@@ -245,7 +246,7 @@ func (o *options) scriptsCommand(root, modules, dir, target string, pkgs []scrip
 	}
 	args = []string{"node", path.Join(runScriptsDir, "run.js"), path.Join(runScriptsDir, "plan.json")}
 	binds = []sandbox.Bind{{Source: folder, Target: runScriptsDir, ReadOnly: true}}
-	return args, binds, func() { os.RemoveAll(folder) }, nil
+	return args, binds, func() { fsys.RemoveAll(folder) }, nil
 }
 
 type unpackedBase struct {

@@ -86,7 +86,7 @@ func Run(ctx context.Context, lines []string, components []*toa.Component, p Pla
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(staging)
+	defer fsys.RemoveAll(staging)
 	upper := filepath.Join(staging, "upper")
 	if err := os.Mkdir(upper, 0o755); err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func Run(ctx context.Context, lines []string, components []*toa.Component, p Pla
 
 // runKey is the cache key of Run's layer; warn says an argument that is not set.
 func (o *options) runKey(lines []string, files pkgFiles, config map[string]string, p Platform, warn bool) (string, error) {
-	chain, err := chainID(o.base)
+	chain, err := sandbox.ChainID(o.base)
 	if err != nil {
 		return "", fmt.Errorf("read the layers of the base for %s: %w", p, err)
 	}

@@ -59,29 +59,29 @@ func (o *options) takeTree(key, staging, modules string) *keptTree {
 	data, ok := fsys.Trees.Read(filepath.Join(held, treeRecordName))
 	var r treeRecord
 	if !ok || json.Unmarshal(data, &r) != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
 	kept := filepath.Join(held, "node_modules")
 	if digest, _, err := treeDigest(kept); err != nil || digest != r.Digest {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		o.warn(fmt.Sprintf("the node_modules kept in the cache %s changed since it was kept: it is not used, and npm installs anew", fsys.Trees.Dir(o.cacheRoot)))
 		return nil
 	}
 	before, err := readLock(filepath.Join(kept, ".package-lock.json"))
 	if err != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
 	if err := os.Rename(kept, modules); err != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
-	os.RemoveAll(held)
+	fsys.RemoveAll(held)
 	scripted := map[string]bool{}
 	pkgs, err := findScripts(modules)
 	if err != nil {
-		os.RemoveAll(modules)
+		fsys.RemoveAll(modules)
 		return nil
 	}
 	for _, p := range pkgs {
@@ -144,7 +144,7 @@ func (o *options) installOver(ctx context.Context, kept *keptTree, spec *treeSpe
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			os.RemoveAll(modules)
+			fsys.RemoveAll(modules)
 		}
 		return nil, out, false
 	}
