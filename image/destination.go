@@ -24,6 +24,10 @@ type Destination interface {
 	// WriteManifest puts one image manifest and its blobs under ref (a tag or a digest): what
 	// is attached to an image (attach.go).
 	WriteManifest(ctx context.Context, ref string, img v1.Image) (Sent, error)
+	// WriteReferrers puts image manifests that all name one manifest of the repository as their
+	// subject (the documents attached to it) by their digests, with their blobs, so that they
+	// are its referrers.
+	WriteReferrers(ctx context.Context, repository string, referrers []v1.Image) (Sent, error)
 	// Manifest returns the image manifest under ref, or nil when the destination lacks it.
 	Manifest(ctx context.Context, ref string) (v1.Image, error)
 }

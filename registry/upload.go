@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -122,26 +123,167 @@ func (w *writer) image(ctx context.Context, img v1.Image) error {
 // manifest PUTs a manifest or an index under a digest or a tag. Its body is bytes, so the
 // transport retries it.
 func (w *writer) manifest(ctx context.Context, identifier string, m manifestOf) error {
+	_, err := w.putManifest(ctx, identifier, m)
+	return err
+}
+
+// putManifest is manifest, returning the registry's answer's header.
+func (w *writer) putManifest(ctx context.Context, identifier string, m manifestOf) (http.Header, error) {
 	raw, err := m.RawManifest()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mt, err := m.MediaType()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.url("/manifests/"+identifier), bytes.NewReader(raw))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", string(mt))
 	resp, err := w.do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	return w.check(resp, http.StatusCreated, http.StatusOK, http.StatusAccepted)
+	return resp.Header, w.check(resp, http.StatusCreated, http.StatusOK, http.StatusAccepted)
 }
+
+// WriteReferrers puts images whose manifests all name one subject (what is attached to it) into
+// repo by their digests, their blobs as the images' are (one this run knows the repository
+// holds is not asked for: a document shared by many images is sent once), then, where the
+// registry has no referrers API (its answer to the PUTs names no OCI-Subject), adds them all to
+// the subject's referrers tag, sha256-<hex>, with one read and one write. go-containerregistry's
+// remote.Write, called once per referrer, asked for the manifest and every blob first, and for
+// the referrers API and the tag again for each.
+func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, imgs []v1.Image) error {
+	if len(imgs) == 0 {
+		return nil
+	}
+	c, err := r.client(ctx, repo)
+	if err != nil {
+		return err
+	}
+	w := &writer{r: r, c: c, repo: repo}
+	ctx = withCounter(ctx, r.counter)
+	descs := make([]v1.Descriptor, len(imgs))
+	indexed := make([]bool, len(imgs))
+	var subject v1.Hash
+	for i, img := range imgs {
+		m, err := img.Manifest()
+		if err != nil {
+			return err
+		}
+		if m.Subject == nil || (i > 0 && m.Subject.Digest != subject) {
+			return fmt.Errorf("the referrers to write do not all name one subject")
+		}
+		subject = m.Subject.Digest
+		d, err := partial.Descriptor(img)
+		if err != nil {
+			return err
+		}
+		descs[i] = *d
+		descs[i].ArtifactType, descs[i].Annotations = m.ArtifactType, m.Annotations
+		if descs[i].ArtifactType == "" {
+			descs[i].ArtifactType = string(m.Config.MediaType)
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, img := range imgs {
+		g.Go(func() error {
+			var err error
+			indexed[i], err = w.referrer(gctx, img)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var tagged []v1.Descriptor
+	for i, d := range descs {
+		if !indexed[i] {
+			tagged = append(tagged, d)
+		}
+	}
+	if len(tagged) == 0 {
+		return nil
+	}
+	return w.referrersTag(ctx, subject, tagged)
+}
+
+// referrer writes one referrer's blobs and its manifest by digest, and says whether the
+// registry indexed it as a referrer of its subject (OCI distribution 1.1's OCI-Subject header).
+func (w *writer) referrer(ctx context.Context, img v1.Image) (bool, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return false, err
+	}
+	config, err := partial.ConfigLayer(img)
+	if err != nil {
+		return false, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, l := range append(layers, config) {
+		g.Go(func() error { return w.blob(gctx, l) })
+	}
+	if err := g.Wait(); err != nil {
+		return false, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return false, err
+	}
+	h, err := w.putManifest(ctx, digest.String(), img)
+	if err != nil {
+		return false, err
+	}
+	return h.Get("OCI-Subject") != "", nil
+}
+
+// referrersTag adds descriptors to the subject's referrers tag (OCI distribution 1.1, "Referrers
+// Tag Schema"), keeping those it lists already.
+func (w *writer) referrersTag(ctx context.Context, subject v1.Hash, add []v1.Descriptor) error {
+	tag := w.repo.Tag(subject.Algorithm + "-" + subject.Hex)
+	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
+	existing, err := w.r.Index(ctx, tag)
+	var terr *transport.Error
+	switch {
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+	case err != nil:
+		return fmt.Errorf("read the referrers tag %s: %w", tag, err)
+	default:
+		m, err := existing.IndexManifest()
+		if err != nil {
+			return fmt.Errorf("read the referrers tag %s: %w", tag, err)
+		}
+		index.Manifests = m.Manifests
+	}
+	had := map[v1.Hash]bool{}
+	for _, d := range index.Manifests {
+		had[d.Digest] = true
+	}
+	for _, d := range add {
+		if !had[d.Digest] {
+			index.Manifests = append(index.Manifests, d)
+		}
+	}
+	raw, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+	return w.manifest(ctx, tag.TagStr(), rawManifest{raw: raw, mediaType: types.OCIImageIndex})
+}
+
+// rawManifest is a manifest or index as bytes.
+type rawManifest struct {
+	raw       []byte
+	mediaType types.MediaType
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }
 
 func (w *writer) url(path string) string {
 	return (&url.URL{Scheme: w.c.scheme, Host: w.c.host, Path: "/v2/" + w.repo.RepositoryStr() + path}).String()
