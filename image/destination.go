@@ -102,6 +102,16 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 	return Sent{bytes, requests}, nil
 }
 
+// Upload puts the index and everything it holds by its digest, as Write does; Write under the
+// tag afterwards sends only the tag.
+func (d *RegistryDestination) Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error) {
+	digest, err := idx.Digest()
+	if err != nil {
+		return Sent{}, err
+	}
+	return d.Write(ctx, repository+"@"+digest.String(), idx)
+}
+
 func notFound(err error) bool {
 	var terr *transport.Error
 	return errors.As(err, &terr) && terr.StatusCode == 404

@@ -33,7 +33,8 @@ import (
 // mounted; anything else is asked for once and sent, retried whole when its transfer breaks.
 // Child manifests are written by digest without asking, and the tag last.
 
-// WriteIndex puts idx and everything it holds into ref's repository, the tag last.
+// WriteIndex puts idx and everything it holds into ref's repository, the tag last. What this run
+// wrote by digest already (the index by its digest, before its tag) is not written again.
 func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.ImageIndex) error {
 	c, err := r.client(ctx, ref.Context())
 	if err != nil {
@@ -41,10 +42,37 @@ func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.
 	}
 	w := &writer{r: r, c: c, repo: ref.Context()}
 	ctx = withCounter(ctx, r.counter)
-	if err := w.children(ctx, idx); err != nil {
+	digest, err := idx.Digest()
+	if err != nil {
 		return err
 	}
+	if !w.wrote(digest) {
+		if err := w.children(ctx, idx); err != nil {
+			return err
+		}
+	}
+	if _, byDigest := ref.(name.Digest); byDigest {
+		return w.manifestOnce(ctx, digest, idx)
+	}
 	return w.manifest(ctx, ref.Identifier(), idx)
+}
+
+// wrote says whether this run put the manifest of digest into the repository.
+func (w *writer) wrote(digest v1.Hash) bool {
+	_, ok := w.c.written.Load(w.repo.RepositoryStr() + "@" + digest.String())
+	return ok
+}
+
+// manifestOnce puts a manifest by its digest unless this run did.
+func (w *writer) manifestOnce(ctx context.Context, digest v1.Hash, m manifestOf) error {
+	if w.wrote(digest) {
+		return nil
+	}
+	if err := w.manifest(ctx, digest.String(), m); err != nil {
+		return err
+	}
+	w.c.written.Store(w.repo.RepositoryStr()+"@"+digest.String(), true)
+	return nil
 }
 
 // writer writes into one repository of one registry.
@@ -71,6 +99,7 @@ func (w *writer) children(ctx context.Context, idx v1.ImageIndex) error {
 	g.SetLimit(4)
 	for _, d := range m.Manifests {
 		switch {
+		case w.wrote(d.Digest):
 		case d.MediaType.IsImage():
 			img, err := idx.Image(d.Digest)
 			if err != nil {
@@ -83,10 +112,13 @@ func (w *writer) children(ctx context.Context, idx v1.ImageIndex) error {
 				return err
 			}
 			g.Go(func() error {
+				if w.wrote(d.Digest) {
+					return nil
+				}
 				if err := w.children(ctx, child); err != nil {
 					return err
 				}
-				return w.manifest(ctx, d.Digest.String(), child)
+				return w.manifestOnce(ctx, d.Digest, child)
 			})
 		default:
 			return fmt.Errorf("the index holds a %s, which toa-push does not write", d.MediaType)
@@ -117,7 +149,7 @@ func (w *writer) image(ctx context.Context, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	return w.manifest(ctx, digest.String(), img)
+	return w.manifestOnce(ctx, digest, img)
 }
 
 // manifest PUTs a manifest or an index under a digest or a tag. Its body is bytes, so the
