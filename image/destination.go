@@ -102,14 +102,20 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 	return Sent{bytes, requests}, nil
 }
 
-// Upload puts the index and everything it holds by its digest, as Write does; Write under the
-// tag afterwards sends only the tag.
+// Upload puts what the index holds, its images and their blobs, by their digests; Write under
+// the tag afterwards sends only the index.
 func (d *RegistryDestination) Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error) {
-	digest, err := idx.Digest()
+	r, err := d.reg.Reference(repository)
 	if err != nil {
 		return Sent{}, err
 	}
-	return d.Write(ctx, repository+"@"+digest.String(), idx)
+	counted := d.reg.Counted()
+	err = counted.WriteChildren(ctx, r.Context(), idx)
+	bytes, requests := counted.Sent()
+	if err != nil {
+		return Sent{bytes, requests}, registry.Wrap("push the images of "+repository, "", err)
+	}
+	return Sent{bytes, requests}, nil
 }
 
 func notFound(err error) bool {

@@ -258,8 +258,8 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	return b.publish(ctx, img, idx, pushed, &sent)
 }
 
-// uploader is a destination that can put an index and what it holds by its digest, before its
-// tag (RegistryDestination): what is attached to it then goes up beside it.
+// uploader is a destination that can put what an index holds by their digests, before the index
+// goes under its tag (RegistryDestination): what is attached to it then goes up beside it.
 type uploader interface {
 	Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error)
 }

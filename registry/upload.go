@@ -57,6 +57,17 @@ func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.
 	return w.manifest(ctx, ref.Identifier(), idx)
 }
 
+// WriteChildren puts what idx holds (its images and indexes, with their blobs) into repo by
+// their digests, but not idx itself: WriteIndex then writes only idx, under its tag.
+func (r *Registries) WriteChildren(ctx context.Context, repo name.Repository, idx v1.ImageIndex) error {
+	c, err := r.client(ctx, repo)
+	if err != nil {
+		return err
+	}
+	w := &writer{r: r, c: c, repo: repo}
+	return w.children(withCounter(ctx, r.counter), idx)
+}
+
 // wrote says whether this run put the manifest of digest into the repository.
 func (w *writer) wrote(digest v1.Hash) bool {
 	_, ok := w.c.written.Load(w.repo.RepositoryStr() + "@" + digest.String())
