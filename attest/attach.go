@@ -101,7 +101,7 @@ func (a *attaching) run(ctx context.Context) error {
 		return err
 	}
 	// each platform's SBOM is referred to by its image and by the index: a reader given the
-	// image's tag or the index's digest (Trivy's --sbom-sources oci, Kyverno) looks at the
+	// image's tag or the index's digest (Trivy's --sbom-sources oci) looks at the
 	// index's referrers, one given a platform's digest at that image's
 	mt, file := a.o.Format.MediaType(), a.o.Format.File()
 	subjects := make([]subjectReferrers, 0, len(idx.Manifests)+1)
@@ -482,12 +482,12 @@ func (a *attaching) remember(d v1.Hash, read *layerPackages) {
 // installed packages it names), and what its lockfile adds to what npm recorded in node_modules
 // (resolved URLs and integrity, where the hidden lockfile lacks them).
 func readPackage(c *toa.Component, comp *Component) error {
-	if c.PackageJSON == "" {
-		return nil
-	}
-	data, err := os.ReadFile(c.PackageJSON)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", c.PackageJSON, err)
+	data := c.Declared() // the package.json the image carries for a component without one
+	if c.PackageJSON != "" {
+		var err error
+		if data, err = os.ReadFile(c.PackageJSON); err != nil {
+			return fmt.Errorf("read %s: %w", c.PackageJSON, err)
+		}
 	}
 	var pkg struct {
 		Name         string            `json:"name"`

@@ -117,9 +117,7 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 			Description: "Toa component " + c.ID + ", in /composition/" + c.Label}
 		if c.Package != "" {
 			comp.Properties = []cdxProperty{{"toa:package", c.Package + " " + c.PackageVersion}}
-			if c.PackageVersion != "" {
-				comp.PURL = purlNPM(c.Package, c.PackageVersion)
-			}
+			comp.PURL = purlNPM(c.Package, c.PackageVersion) // what a scanner finds at its package.json
 		}
 		bom.Components = append(bom.Components, comp)
 		deps["image"] = append(deps["image"], r)

@@ -119,9 +119,12 @@ func (in ownedInstall) where(p Package) string {
 }
 
 // purlNPM is the package URL of an npm package (purl-spec, types: npm): the scope's @ is
-// percent-encoded.
+// percent-encoded, the version left out when there is none.
 func purlNPM(name, version string) string {
 	name = strings.Replace(name, "@", "%40", 1)
+	if version == "" { // a component's package.json may have none
+		return "pkg:npm/" + name
+	}
 	return "pkg:npm/" + name + "@" + url.PathEscape(version)
 }
 

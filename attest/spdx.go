@@ -148,9 +148,8 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		}
 		if c.Package != "" {
 			pkg.Comment += "; package.json: " + c.Package + " " + c.PackageVersion
-			if c.PackageVersion != "" {
-				pkg.ExternalRefs = []spdxExternalRef{purlRef(purlNPM(c.Package, c.PackageVersion))}
-			}
+			// what a scanner of the image finds at /composition/<label>/package.json
+			pkg.ExternalRefs = []spdxExternalRef{purlRef(purlNPM(c.Package, c.PackageVersion))}
 		}
 		doc.Packages = append(doc.Packages, pkg)
 		rel(imageID, "CONTAINS", id)
