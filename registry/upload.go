@@ -197,7 +197,8 @@ func (w *writer) putManifest(ctx context.Context, identifier string, m manifestO
 // repo by their digests, their blobs as the images' are (one this run knows the repository
 // holds is not asked for: a document shared by many images is sent once), then, where the
 // registry has no referrers API (its answer to the PUTs names no OCI-Subject), adds them all to
-// the subject's referrers tag, sha256-<hex>, with one read and one write. go-containerregistry's
+// the subject's referrers tag, sha256-<hex>, with one read (made while they are written) and one
+// write. go-containerregistry's
 // remote.Write, called once per referrer, asked for the manifest and every blob first, and for
 // the referrers API and the tag again for each.
 func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, imgs []v1.Image) error {
@@ -234,6 +235,16 @@ func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, i
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
+	// the referrers tag is read while the referrers are written, unless the registry said it
+	// indexes them itself: one round trip less where it does not
+	var tag *tagRead
+	if c.referrersAPI.Load() != referrersIndexed {
+		tag = &tagRead{done: make(chan struct{})}
+		go func() {
+			defer close(tag.done)
+			tag.index, tag.err = w.readReferrersTag(ctx, subject) // not gctx: Wait cancels it
+		}()
+	}
 	for i, img := range imgs {
 		g.Go(func() error {
 			var err error
@@ -241,7 +252,11 @@ func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, i
 			return err
 		})
 	}
-	if err := g.Wait(); err != nil {
+	err = g.Wait()
+	if tag != nil {
+		<-tag.done
+	}
+	if err != nil {
 		return err
 	}
 	var tagged []v1.Descriptor
@@ -251,9 +266,32 @@ func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, i
 		}
 	}
 	if len(tagged) == 0 {
+		c.referrersAPI.Store(referrersIndexed)
 		return nil
 	}
-	return w.referrersTag(ctx, subject, tagged)
+	c.referrersAPI.Store(referrersTagged)
+	if tag == nil {
+		tag = &tagRead{}
+		tag.index, tag.err = w.readReferrersTag(ctx, subject)
+	}
+	if tag.err != nil {
+		return tag.err
+	}
+	return w.writeReferrersTag(ctx, subject, tag.index, tagged)
+}
+
+// What a registry was seen to do with referrers (client.referrersAPI).
+const (
+	referrersUnknown int32 = iota
+	referrersIndexed       // it answered a referrer's PUT with OCI-Subject: it has the referrers API
+	referrersTagged        // it did not: the referrers tag schema
+)
+
+// tagRead is a read of a referrers tag under way.
+type tagRead struct {
+	done  chan struct{}
+	index v1.IndexManifest
+	err   error
 }
 
 // referrer writes one referrer's blobs and its manifest by digest, and says whether the
@@ -285,24 +323,30 @@ func (w *writer) referrer(ctx context.Context, img v1.Image) (bool, error) {
 	return h.Get("OCI-Subject") != "", nil
 }
 
-// referrersTag adds descriptors to the subject's referrers tag (OCI distribution 1.1, "Referrers
-// Tag Schema"), keeping those it lists already.
-func (w *writer) referrersTag(ctx context.Context, subject v1.Hash, add []v1.Descriptor) error {
+// readReferrersTag reads the subject's referrers tag (OCI distribution 1.1, "Referrers Tag
+// Schema"): an empty index where there is none.
+func (w *writer) readReferrersTag(ctx context.Context, subject v1.Hash) (v1.IndexManifest, error) {
 	tag := w.repo.Tag(subject.Algorithm + "-" + subject.Hex)
 	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
 	existing, err := w.r.Index(ctx, tag)
 	var terr *transport.Error
 	switch {
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		return index, nil
 	case err != nil:
-		return fmt.Errorf("read the referrers tag %s: %w", tag, err)
-	default:
-		m, err := existing.IndexManifest()
-		if err != nil {
-			return fmt.Errorf("read the referrers tag %s: %w", tag, err)
-		}
-		index.Manifests = m.Manifests
+		return index, fmt.Errorf("read the referrers tag %s: %w", tag, err)
 	}
+	m, err := existing.IndexManifest()
+	if err != nil {
+		return index, fmt.Errorf("read the referrers tag %s: %w", tag, err)
+	}
+	index.Manifests = m.Manifests
+	return index, nil
+}
+
+// writeReferrersTag adds descriptors to the subject's referrers tag as read, keeping those it
+// lists already.
+func (w *writer) writeReferrersTag(ctx context.Context, subject v1.Hash, index v1.IndexManifest, add []v1.Descriptor) error {
 	had := map[v1.Hash]bool{}
 	for _, d := range index.Manifests {
 		had[d.Digest] = true
@@ -316,7 +360,7 @@ func (w *writer) referrersTag(ctx context.Context, subject v1.Hash, add []v1.Des
 	if err != nil {
 		return err
 	}
-	return w.manifest(ctx, tag.TagStr(), rawManifest{raw: raw, mediaType: types.OCIImageIndex})
+	return w.manifest(ctx, subject.Algorithm+"-"+subject.Hex, rawManifest{raw: raw, mediaType: types.OCIImageIndex})
 }
 
 // rawManifest is a manifest or index as bytes.
