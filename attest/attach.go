@@ -59,8 +59,9 @@ func Attacher(o Options) image.Attacher {
 	if o.Builder.Name == "" {
 		o.Builder = ToaPush()
 	}
+	memo := &layerMemo{reads: map[v1.Hash]*layerRead{}} // shared by the images of the push
 	return func(ctx context.Context, dest image.Destination, b *image.Built) ([]image.Attachment, image.Sent, error) {
-		a := &attaching{o: o, dest: dest, built: b}
+		a := &attaching{o: o, dest: dest, built: b, memo: memo}
 		err := a.run(ctx)
 		return a.attached, a.sent, err
 	}
@@ -72,8 +73,21 @@ type attaching struct {
 	built    *image.Built
 	attached []image.Attachment
 	sent     image.Sent
-	mu       sync.Mutex
-	read     map[v1.Hash]*layerPackages // the npm packages found in a layer, by its digest
+	memo     *layerMemo
+}
+
+// layerMemo is what the images of one push found in each layer: a layer they share (the base's,
+// a dependencies image's) is read once, by whichever image asks first, the others waiting for it.
+type layerMemo struct {
+	mu    sync.Mutex
+	reads map[v1.Hash]*layerRead
+}
+
+// layerRead is one layer's read, done or under way.
+type layerRead struct {
+	done chan struct{} // closed once read and err are set
+	read *layerPackages
+	err  error
 }
 
 func (a *attaching) run(ctx context.Context) error {
@@ -417,9 +431,9 @@ func (a *attaching) installsOf(ctx context.Context, img v1.Image) (installs, bas
 }
 
 // layerPackages reads the npm packages of one layer: a base's to its end (readLayerPackages),
-// toa-push's up to its hidden lockfile (InstalledIn), kept under the layer's digest in the run
-// and in the cache. An entry is written only once the whole layer was read, and so checked
-// against its digest.
+// toa-push's up to its hidden lockfile (InstalledIn), kept under the layer's digest for the
+// push (layerMemo) and in the cache. A cache entry is written only once the whole layer was
+// read, and so checked against its digest.
 func (a *attaching) layerPackages(ctx context.Context, l v1.Layer, base bool) (*layerPackages, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -428,17 +442,38 @@ func (a *attaching) layerPackages(ctx context.Context, l v1.Layer, base bool) (*
 	if err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
-	read, ok := a.read[d]
-	a.mu.Unlock()
-	if ok {
-		return read, nil
+	a.memo.mu.Lock()
+	r, found := a.memo.reads[d]
+	if !found {
+		r = &layerRead{done: make(chan struct{})}
+		a.memo.reads[d] = r
 	}
+	a.memo.mu.Unlock()
+	if found {
+		select {
+		case <-r.done:
+			return r.read, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	r.read, r.err = a.readLayer(ctx, l, d, base)
+	if r.err != nil { // the next image that asks reads it again
+		a.memo.mu.Lock()
+		delete(a.memo.reads, d)
+		a.memo.mu.Unlock()
+	}
+	close(r.done)
+	return r.read, r.err
+}
+
+// readLayer reads one layer's npm packages from the cache, else from the layer.
+func (a *attaching) readLayer(ctx context.Context, l v1.Layer, d v1.Hash, base bool) (*layerPackages, error) {
+	var read *layerPackages
 	file := ""
 	if a.o.CacheDir != "" {
 		file = fsys.SBOMLayers.Path(a.o.CacheDir, d.Algorithm+"-"+d.Hex+".json")
 		if data, ok := fsys.SBOMLayers.Read(file); ok && json.Unmarshal(data, &read) == nil && read != nil {
-			a.remember(d, read)
 			return read, nil
 		}
 	}
@@ -456,7 +491,6 @@ func (a *attaching) layerPackages(ctx context.Context, l v1.Layer, base bool) (*
 	if err != nil {
 		return nil, err
 	}
-	a.remember(d, read)
 	if file == "" {
 		return read, nil
 	}
@@ -466,16 +500,7 @@ func (a *attaching) layerPackages(ctx context.Context, l v1.Layer, base bool) (*
 	if data, err := json.Marshal(read); err == nil {
 		_ = fsys.WriteFile(file, data, 0o644) // a cache: losing it costs a read of the layer
 	}
-	return read, nil
-}
-
-func (a *attaching) remember(d v1.Hash, read *layerPackages) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.read == nil {
-		a.read = map[v1.Hash]*layerPackages{}
-	}
-	a.read[d] = read
+	return read, ctx.Err()
 }
 
 // readPackage fills in what the component's package.json says (its name, version, and the
