@@ -28,6 +28,7 @@ const (
 	BaseRoots                 // each base's root file system, unpacked for the work in it
 	Registries                // which repository of a registry holds which blob, for mounts
 	Extensions                // the extensions' answers, with the fingerprints of their packages
+	SBOMLayers                // the npm packages each layer holds, for the SBOMs
 	Runner                    // what the runner's node says of itself
 	Staging                   // the staging folders of installs under way: never pruned
 	cacheCount
@@ -67,6 +68,8 @@ var caches = [cacheCount]cacheInfo{
 		"the registry's host", 16 << 20, true},
 	Extensions: {"extensions", "*.json", "the extensions' answers and the fingerprints of their packages",
 		"sha256 of the bridge, node and the first request", 64 << 20, true},
+	SBOMLayers: {"sbom/layers", "sha256-*.json", "the npm packages each layer of an image holds, for its SBOM",
+		"the layer's digest", 64 << 20, true},
 	Runner: {"", "runner.json", "what the runner's node says of itself",
 		"the node binary's path, size, mtime and inode", 64 << 10, true},
 	Staging: {"tmp", "", "staging folders of installs under way",

@@ -253,10 +253,39 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, &sent); err != nil {
+	if err := b.attachAndUpload(ctx, img, idx, images, deps, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)
+}
+
+// uploader is a destination that can put what an index holds by their digests, before the index
+// goes under its tag (RegistryDestination): what is attached to it then goes up beside it.
+type uploader interface {
+	Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error)
+}
+
+// attachAndUpload attaches the documents to an image just built and, where the destination can,
+// sends the image by its digest at the same time: the referrers name digests, which exist before
+// anything is sent, and only the tag (publish) must wait for both. A code change's attachments
+// cost their own round trips beside the image's, not after them.
+func (b *builder) attachAndUpload(ctx context.Context, img *Image, idx v1.ImageIndex, images []v1.Image, deps *depsImages, pushed *Pushed, sent *Sent) error {
+	up, ok := b.opts.Destination.(uploader)
+	if !ok || b.opts.Attach == nil {
+		return b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, sent)
+	}
+	var attached, uploaded Sent
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.attach(gctx, img, idx, images, deps.images, deps.targets, pushed, &attached) })
+	g.Go(func() error {
+		s, err := up.Upload(gctx, img.Repository, idx)
+		uploaded = s
+		return err
+	})
+	err := g.Wait()
+	sent.add(attached)
+	sent.add(uploaded)
+	return err
 }
 
 // publish writes an image's index under its tag, and records its digest.

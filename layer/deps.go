@@ -113,6 +113,10 @@ func lockfileOf(c *toa.Component) string {
 	return c.PackageLock
 }
 
+// LockfileOf is lockfileOf for the readers of what an install read (attest's SBOM and
+// provenance), so that they name the lockfile npm chose.
+func LockfileOf(c *toa.Component) string { return lockfileOf(c) }
+
 func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
 	d := &depsInputs{pkgData: pkgData, lockPath: lockfileOf(c)}
 	var err error
