@@ -14,13 +14,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -39,6 +43,10 @@ type Options struct {
 	// Created is the time the documents say they were made at; Epoch when zero, for
 	// reproducible bytes.
 	Created time.Time
+	// CacheDir, when set, keeps what npm packages each layer holds (fsys.SBOMLayers), so that
+	// the SBOM of an image over a dependencies image read back from the registry reads none
+	// of its layers.
+	CacheDir string
 }
 
 // Attacher attaches to every image Push builds, through the destination it writes to: an SBOM
@@ -51,8 +59,9 @@ func Attacher(o Options) image.Attacher {
 	if o.Builder.Name == "" {
 		o.Builder = ToaPush()
 	}
+	memo := &layerMemo{reads: map[v1.Hash]*layerRead{}} // shared by the images of the push
 	return func(ctx context.Context, dest image.Destination, b *image.Built) ([]image.Attachment, image.Sent, error) {
-		a := &attaching{o: o, dest: dest, built: b}
+		a := &attaching{o: o, dest: dest, built: b, memo: memo}
 		err := a.run(ctx)
 		return a.attached, a.sent, err
 	}
@@ -64,7 +73,21 @@ type attaching struct {
 	built    *image.Built
 	attached []image.Attachment
 	sent     image.Sent
-	read     map[v1.Hash]*Install // what InstalledIn found in a layer, by its digest
+	memo     *layerMemo
+}
+
+// layerMemo is what the images of one push found in each layer: a layer they share (the base's,
+// a dependencies image's) is read once, by whichever image asks first, the others waiting for it.
+type layerMemo struct {
+	mu    sync.Mutex
+	reads map[v1.Hash]*layerRead
+}
+
+// layerRead is one layer's read, done or under way.
+type layerRead struct {
+	done chan struct{} // closed once read and err are set
+	read *layerPackages
+	err  error
 }
 
 func (a *attaching) run(ctx context.Context) error {
@@ -81,76 +104,134 @@ func (a *attaching) run(ctx context.Context) error {
 		return err
 	}
 	signed := []string{indexDesc.Digest.String()}
-	if a.o.Format != None {
-		build, err := a.build(ctx, indexDesc.Digest.String(), idx)
-		if err != nil {
-			return err
-		}
-		for i, p := range a.built.Platforms {
-			desc := idx.Manifests[i]
-			shared, err := a.sharedSBOM(ctx, p, &signed)
-			if err != nil {
-				return fmt.Errorf("the SBOM of the dependencies for %s: %w", p.Platform, err)
-			}
-			sbom, err := a.sbom(ctx, p, desc.Digest.String(), shared)
-			if err != nil {
-				return fmt.Errorf("the SBOM for %s: %w", p.Platform, err)
-			}
-			mt := a.o.Format.MediaType()
-			d, err := a.refer(ctx, sbom, mt, a.o.Format.File(), desc, nil)
-			if err != nil {
-				return err
-			}
-			a.attached = append(a.attached, image.Attachment{Kind: "sbom", Platform: p.Platform, Subject: desc.Digest.String(), Digest: d, MediaType: mt})
-			signed = append(signed, desc.Digest.String(), d)
-		}
-		doc, err := build.Provenance(a.o.Builder)
-		if err != nil {
-			return err
-		}
-		d, err := a.refer(ctx, doc, MediaTypeInToto, ProvenanceFile, indexDesc, map[string]string{AnnotationPredicateType: PredicateSLSAProvenance})
-		if err != nil {
-			return err
-		}
-		a.attached = append(a.attached, image.Attachment{Kind: "provenance", Subject: indexDesc.Digest.String(), Digest: d, MediaType: MediaTypeInToto})
-		signed = append(signed, d)
-	} else {
+	if a.o.Format == None {
 		for _, desc := range idx.Manifests {
 			signed = append(signed, desc.Digest.String())
 		}
+		return a.signAll(ctx, signed)
 	}
+	build, err := a.build(ctx, indexDesc.Digest.String(), idx)
+	if err != nil {
+		return err
+	}
+	// each platform's SBOM is referred to by its image and by the index: a reader given the
+	// image's tag or the index's digest (Trivy's --sbom-sources oci) looks at the
+	// index's referrers, one given a platform's digest at that image's
+	mt, file := a.o.Format.MediaType(), a.o.Format.File()
+	subjects := make([]subjectReferrers, 0, len(idx.Manifests)+1)
+	onIndex := subjectReferrers{subject: indexDesc}
+	for i, p := range a.built.Platforms {
+		desc := idx.Manifests[i]
+		doc, err := a.sbom(ctx, p, desc.Digest.String())
+		if err != nil {
+			return fmt.Errorf("the SBOM for %s: %w", p.Platform, err)
+		}
+		subjects = append(subjects, subjectReferrers{subject: desc, docs: []document{{kind: "sbom", platform: p.Platform, doc: doc,
+			mediaType: mt, title: file}}})
+		onIndex.docs = append(onIndex.docs, document{kind: "sbom", platform: p.Platform, doc: doc, mediaType: mt, title: file,
+			annotations: map[string]string{AnnotationDescribes: desc.Digest.String()}})
+	}
+	prov, err := build.Provenance(a.o.Builder)
+	if err != nil {
+		return err
+	}
+	onIndex.docs = append(onIndex.docs, document{kind: "provenance", doc: prov, mediaType: MediaTypeInToto, title: ProvenanceFile,
+		annotations: map[string]string{AnnotationPredicateType: PredicateSLSAProvenance}})
+	subjects = append(subjects, onIndex)
+	if err := a.referAll(ctx, subjects); err != nil {
+		return err
+	}
+	for _, at := range a.attached {
+		if at.Subject == indexDesc.Digest.String() {
+			signed = append(signed, at.Digest)
+		} else {
+			signed = append(signed, at.Subject, at.Digest)
+		}
+	}
+	return a.signAll(ctx, signed)
+}
+
+// AnnotationDescribes names, on a referrer of an index, the platform's image its document
+// describes, as BuildKit names the image an attestation manifest is for.
+const AnnotationDescribes = "vnd.docker.reference.digest"
+
+// document is one document to attach.
+type document struct {
+	kind, platform   string // as image.Attachment says them
+	doc              []byte
+	mediaType, title string
+	annotations      map[string]string
+}
+
+// subjectReferrers are the documents attached to one manifest.
+type subjectReferrers struct {
+	subject v1.Descriptor
+	docs    []document
+}
+
+// referAll writes the documents as referrers of their subjects: each subject's at once (one
+// update of its referrers tag where the registry has no referrers API), the subjects side by
+// side. What is attached is listed in the order of subjects and documents.
+func (a *attaching) referAll(ctx context.Context, subjects []subjectReferrers) error {
+	attached := make([][]image.Attachment, len(subjects))
+	sent := make([]image.Sent, len(subjects))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, s := range subjects {
+		g.Go(func() error {
+			var err error
+			attached[i], sent[i], err = a.refer(gctx, s)
+			return err
+		})
+	}
+	err := g.Wait()
+	for i := range subjects {
+		a.attached = append(a.attached, attached[i]...)
+		a.add(sent[i])
+	}
+	return err
+}
+
+// refer writes one subject's documents as its referrers.
+func (a *attaching) refer(ctx context.Context, s subjectReferrers) ([]image.Attachment, image.Sent, error) {
+	repo := a.built.Image.Repository
+	var arts []v1.Image
+	var out []image.Attachment
+	for _, d := range s.docs {
+		ann := a.created()
+		for k, v := range d.annotations {
+			ann[k] = v
+		}
+		art, err := Artifact(d.doc, d.mediaType, d.mediaType, d.title, s.subject, ann)
+		if err != nil {
+			return nil, image.Sent{}, err
+		}
+		digest, err := art.Digest()
+		if err != nil {
+			return nil, image.Sent{}, err
+		}
+		arts = append(arts, art)
+		out = append(out, image.Attachment{Kind: d.kind, Platform: d.platform, Subject: s.subject.Digest.String(), Digest: digest.String(),
+			MediaType: d.mediaType})
+	}
+	sent, err := a.dest.WriteReferrers(ctx, repo, arts)
+	if err != nil {
+		return nil, sent, fmt.Errorf("attach to %s@%s: %w", repo, s.subject.Digest, err)
+	}
+	return out, sent, nil
+}
+
+// signAll signs each digest, when there is a signer.
+func (a *attaching) signAll(ctx context.Context, digests []string) error {
 	if a.o.Signer == nil {
 		return nil
 	}
-	for _, digest := range signed {
+	for _, digest := range digests {
 		if err := a.sign(ctx, digest); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// refer writes doc as a referrer of subject, and returns its manifest's digest.
-func (a *attaching) refer(ctx context.Context, doc []byte, mediaType, title string, subject v1.Descriptor, annotations map[string]string) (string, error) {
-	ann := a.created()
-	for k, v := range annotations {
-		ann[k] = v
-	}
-	art, err := Artifact(doc, mediaType, mediaType, title, subject, ann)
-	if err != nil {
-		return "", err
-	}
-	digest, err := art.Digest()
-	if err != nil {
-		return "", err
-	}
-	ref := a.built.Image.Repository + "@" + digest.String()
-	s, err := a.dest.WriteManifest(ctx, ref, art)
-	a.add(s)
-	if err != nil {
-		return "", fmt.Errorf("attach %s to %s@%s: %w", mediaType, a.built.Image.Repository, subject.Digest, err)
-	}
-	return digest.String(), nil
 }
 
 // created are the annotations every attached manifest starts from: OCI's creation time when
@@ -206,109 +287,29 @@ func (a *attaching) add(s image.Sent) {
 	a.sent.Requests += s.Requests
 }
 
-// sbom is the SBOM of one platform's image; with shared, the packages are in that SBOM, and
-// this one refers to it.
-func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest string, shared *SharedSBOM) ([]byte, error) {
-	img, err := a.described(ctx, p.Image, a.built.Image.Tag, digest, p)
-	if err != nil {
-		return nil, err
-	}
-	img.Shared = shared
-	return img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
-}
-
-// sharedSBOM makes the SBOM of the platform's dependencies image, which lists every package
-// the image's components have, attaches it to that image unless it is there already (it is
-// the same bytes for the same dependencies image: a code change sends none of it), and returns
-// how the image's SBOM refers to it; nil for an image without a dependencies image. Digests
-// it attached are added to signed.
-func (a *attaching) sharedSBOM(ctx context.Context, p image.BuiltPlatform, signed *[]string) (*SharedSBOM, error) {
+// sbom is the SBOM of one platform's image, every package in it. An image built on a
+// dependencies image carries that image's document, which lists them all (the image adds only
+// its components' sources, whose packages the document names): the same bytes for every image
+// built on it, so that a code change sends a manifest of a few hundred bytes that refers to a
+// blob the registry holds already, not the document again.
+func (a *attaching) sbom(ctx context.Context, p image.BuiltPlatform, digest string) ([]byte, error) {
 	if p.Dependencies == nil {
-		return nil, nil
-	}
-	subject, err := imageDescriptor(p.Dependencies)
-	if err != nil {
-		return nil, err
-	}
-	img, err := a.described(ctx, p.Dependencies, a.built.Image.DepsTag, subject.Digest.String(), p)
-	if err != nil {
-		return nil, err
-	}
-	for i := range img.Components {
-		// a component's version is its code's, which the dependencies image does not hold: the
-		// same dependencies image, the same SBOM, whatever the code
-		img.Components[i].Version = ""
-	}
-	doc, err := img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
-	if err != nil {
-		return nil, err
-	}
-	mt := a.o.Format.MediaType()
-	art, err := Artifact(doc, mt, mt, a.o.Format.File(), subject, a.created())
-	if err != nil {
-		return nil, err
-	}
-	d, err := art.Digest()
-	if err != nil {
-		return nil, err
-	}
-	existing, err := a.dest.Manifest(ctx, a.built.Image.Repository+"@"+d.String())
-	if err != nil {
-		return nil, err
-	}
-	if existing == nil {
-		if _, err := a.refer(ctx, doc, mt, a.o.Format.File(), subject, nil); err != nil {
+		img, err := a.described(ctx, p.Image, a.built.Image.Tag, digest, p)
+		if err != nil {
 			return nil, err
 		}
-		a.attached = append(a.attached, image.Attachment{Kind: "dependencies sbom", Platform: p.Platform, Subject: subject.Digest.String(),
-			Digest: d.String(), MediaType: mt})
-		*signed = append(*signed, subject.Digest.String(), d.String())
+		return img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
 	}
-	return SharedOf(img, doc), nil
-}
-
-// described is what an SBOM says of one platform's image of the repository (built on the
-// platform's base): its components and what npm installed for them in its layers.
-func (a *attaching) described(ctx context.Context, of v1.Image, tag, digest string, p image.BuiltPlatform) (*Image, error) {
-	img := &Image{Repository: a.built.Image.Repository, Tag: tag, Digest: digest, Platform: p.Platform,
-		Base: Base{Reference: a.built.BaseReference(), Digest: p.BaseDigest}}
-	installs, err := a.installsOf(ctx, of)
+	deps, err := p.Dependencies.Digest()
 	if err != nil {
 		return nil, err
 	}
-	byLabel := map[string]*Install{}
-	for _, in := range installs {
-		if in.Root == "usr/local/lib" {
-			img.Global = in
-			continue
-		}
-		byLabel[strings.TrimPrefix(in.Root, layer.Root+"/")] = in
-	}
-	for _, c := range components(a.built.Image) {
-		comp := Component{ID: c.Locator.ID, Label: c.Locator.Label, Version: c.Version, Installed: byLabel[c.Locator.Label]}
-		if err := readPackage(c, &comp); err != nil {
-			return nil, err
-		}
-		img.Components = append(img.Components, comp)
-	}
-	return img, nil
-}
-
-// imageDescriptor describes one platform's image as a subject.
-func imageDescriptor(img v1.Image) (v1.Descriptor, error) {
-	mt, err := img.MediaType()
+	img, err := a.described(ctx, p.Dependencies, a.built.Image.DepsTag, deps.String(), p)
 	if err != nil {
-		return v1.Descriptor{}, err
+		return nil, err
 	}
-	d, err := img.Digest()
-	if err != nil {
-		return v1.Descriptor{}, err
-	}
-	size, err := img.Size()
-	if err != nil {
-		return v1.Descriptor{}, err
-	}
-	return v1.Descriptor{MediaType: mt, Digest: d, Size: size}, nil
+	img.Dependencies = true
+	return img.SBOM(a.o.Format, a.o.Builder, a.o.Created)
 }
 
 // components are the image's components; a service's image has the extension's package.
@@ -364,52 +365,154 @@ func toaLayers(img v1.Image) ([]v1.Layer, []string, error) {
 	return layers[len(layers)-len(what):], what, nil
 }
 
-// installsOf reads what npm installed from every layer toa-push made of an image; a layer
-// that two platforms' images share (the sources) is read once.
-func (a *attaching) installsOf(ctx context.Context, img v1.Image) ([]*Install, error) {
-	layers, what, err := toaLayers(img)
+// described is what an SBOM says of one platform's image of the repository (built on the
+// platform's base): its components, what npm installed for them in its layers, and the npm
+// packages its base holds.
+func (a *attaching) described(ctx context.Context, of v1.Image, tag, digest string, p image.BuiltPlatform) (*Image, error) {
+	img := &Image{Repository: a.built.Image.Repository, Tag: tag, Digest: digest, Platform: p.Platform,
+		Base: Base{Reference: a.built.BaseReference(), Digest: p.BaseDigest}}
+	installs, base, err := a.installsOf(ctx, of)
 	if err != nil {
 		return nil, err
 	}
-	if a.read == nil {
-		a.read = map[v1.Hash]*Install{}
+	img.Base.Installed = base
+	byLabel := map[string]*Install{}
+	for _, in := range installs {
+		if in.Root == "usr/local/lib" {
+			img.Global = in
+			continue
+		}
+		byLabel[strings.TrimPrefix(in.Root, layer.Root+"/")] = in
 	}
-	var out []*Install
-	for i, l := range layers {
-		if err := ctx.Err(); err != nil {
+	for _, c := range components(a.built.Image) {
+		comp := Component{ID: c.Locator.ID, Label: c.Locator.Label, Version: c.Version, Installed: byLabel[c.Locator.Label]}
+		if err := readPackage(c, &comp); err != nil {
 			return nil, err
 		}
-		if image.IsDependencyPart(what[i]) {
-			continue // its packages are in the hidden lockfile of the component's first layer
-		}
-		d, err := l.Digest()
+		img.Components = append(img.Components, comp)
+	}
+	return img, nil
+}
+
+// installsOf reads what npm installed from every layer toa-push made of an image, and the npm
+// packages in the base's layers below them. Each layer is read once a run (the platforms'
+// images share the sources), and once a machine where there is a cache: what a layer holds is
+// kept under its digest, so that a code change reads no layer of the dependencies image again.
+func (a *attaching) installsOf(ctx context.Context, img v1.Image) (installs, base []*Install, err error) {
+	own, what, err := toaLayers(img)
+	if err != nil {
+		return nil, nil, err
+	}
+	all, err := img.Layers()
+	if err != nil {
+		return nil, nil, err
+	}
+	var below []*layerPackages
+	for _, l := range all[:len(all)-len(own)] {
+		read, err := a.layerPackages(ctx, l, true)
 		if err != nil {
-			return nil, err
+			return nil, nil, fmt.Errorf("read the npm packages of a layer of the base: %w", err)
 		}
-		in, ok := a.read[d]
-		if !ok {
-			if in, err = InstalledIn(l); err != nil {
-				return nil, fmt.Errorf("read what npm installed from the layer %q: %w", what[i], err)
-			}
-			a.read[d] = in
+		below = append(below, read)
+	}
+	for i, l := range own {
+		if image.IsDependencyPart(what[i]) || strings.HasPrefix(what[i], "sources") {
+			continue // a part's packages are in the hidden lockfile of the component's first layer
 		}
-		if in != nil {
-			out = append(out, in)
+		read, err := a.layerPackages(ctx, l, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read what npm installed from the layer %q: %w", what[i], err)
+		}
+		if read.Installed != nil {
+			installs = append(installs, read.Installed)
 		}
 	}
-	return out, nil
+	return installs, baseInstalls(below), nil
+}
+
+// layerPackages reads the npm packages of one layer: a base's to its end (readLayerPackages),
+// toa-push's up to its hidden lockfile (InstalledIn), kept under the layer's digest for the
+// push (layerMemo) and in the cache. A cache entry is written only once the whole layer was
+// read, and so checked against its digest.
+func (a *attaching) layerPackages(ctx context.Context, l v1.Layer, base bool) (*layerPackages, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d, err := l.Digest()
+	if err != nil {
+		return nil, err
+	}
+	a.memo.mu.Lock()
+	r, found := a.memo.reads[d]
+	if !found {
+		r = &layerRead{done: make(chan struct{})}
+		a.memo.reads[d] = r
+	}
+	a.memo.mu.Unlock()
+	if found {
+		select {
+		case <-r.done:
+			return r.read, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	r.read, r.err = a.readLayer(ctx, l, d, base)
+	if r.err != nil { // the next image that asks reads it again
+		a.memo.mu.Lock()
+		delete(a.memo.reads, d)
+		a.memo.mu.Unlock()
+	}
+	close(r.done)
+	return r.read, r.err
+}
+
+// readLayer reads one layer's npm packages from the cache, else from the layer.
+func (a *attaching) readLayer(ctx context.Context, l v1.Layer, d v1.Hash, base bool) (*layerPackages, error) {
+	var read *layerPackages
+	file := ""
+	if a.o.CacheDir != "" {
+		file = fsys.SBOMLayers.Path(a.o.CacheDir, d.Algorithm+"-"+d.Hex+".json")
+		if data, ok := fsys.SBOMLayers.Read(file); ok && json.Unmarshal(data, &read) == nil && read != nil {
+			return read, nil
+		}
+	}
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	if base {
+		read, err = readLayerPackages(rc)
+	} else {
+		read = &layerPackages{}
+		read.Installed, err = readInstall(rc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if file == "" {
+		return read, nil
+	}
+	if err := registry.ReadWhole(rc); err != nil {
+		return nil, err
+	}
+	if data, err := json.Marshal(read); err == nil {
+		_ = fsys.WriteFile(file, data, 0o644) // a cache: losing it costs a read of the layer
+	}
+	return read, ctx.Err()
 }
 
 // readPackage fills in what the component's package.json says (its name, version, and the
 // installed packages it names), and what its lockfile adds to what npm recorded in node_modules
 // (resolved URLs and integrity, where the hidden lockfile lacks them).
 func readPackage(c *toa.Component, comp *Component) error {
-	if c.PackageJSON == "" {
-		return nil
-	}
-	data, err := os.ReadFile(c.PackageJSON)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", c.PackageJSON, err)
+	data := c.Declared() // the package.json the image carries for a component without one
+	if c.PackageJSON != "" {
+		var err error
+		if data, err = os.ReadFile(c.PackageJSON); err != nil {
+			return fmt.Errorf("read %s: %w", c.PackageJSON, err)
+		}
 	}
 	var pkg struct {
 		Name         string            `json:"name"`
@@ -432,12 +535,13 @@ func readPackage(c *toa.Component, comp *Component) error {
 		names = append(names, n)
 	}
 	comp.Direct = comp.Installed.Direct(names)
-	if c.PackageLock == "" {
+	lockfile := layer.LockfileOf(c) // npm-shrinkwrap.json over package-lock.json, as npm reads them
+	if lockfile == "" {
 		return nil
 	}
-	lock, err := os.Open(c.PackageLock)
+	lock, err := os.Open(lockfile)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", c.PackageLock, err)
+		return fmt.Errorf("read %s: %w", lockfile, err)
 	}
 	defer lock.Close()
 	locked, err := parseLockfile(io.LimitReader(lock, maxLockfile))
@@ -508,7 +612,7 @@ func (a *attaching) build(ctx context.Context, indexDigest string, idx *v1.Index
 	}
 	for _, c := range components(img) {
 		bc := BuildComponent{ID: c.Locator.ID, Version: c.Version, Files: map[string]string{}}
-		for _, f := range []string{c.PackageJSON, c.PackageLock} {
+		for _, f := range []string{c.PackageJSON, layer.LockfileOf(c)} {
 			if f == "" {
 				continue
 			}

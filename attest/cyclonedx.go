@@ -15,7 +15,6 @@ type cdxBOM struct {
 	SerialNumber string          `json:"serialNumber"`
 	Version      int             `json:"version"`
 	Metadata     cdxMetadata     `json:"metadata"`
-	ExternalRefs []cdxExternal   `json:"externalReferences,omitempty"`
 	Components   []cdxComponent  `json:"components"`
 	Dependencies []cdxDependency `json:"dependencies"`
 }
@@ -54,10 +53,8 @@ type cdxLicense struct {
 }
 
 type cdxExternal struct {
-	Type    string    `json:"type"`
-	URL     string    `json:"url"`
-	Comment string    `json:"comment,omitempty"`
-	Hashes  []cdxHash `json:"hashes,omitempty"`
+	Type string `json:"type"`
+	URL  string `json:"url"`
 }
 
 type cdxProperty struct {
@@ -75,7 +72,8 @@ var cdxAlg = map[string]string{"SHA1": "SHA-1", "SHA256": "SHA-256", "SHA384": "
 
 // CycloneDX is the image's SBOM as a CycloneDX 1.6 JSON BOM, with what SPDX says (see SPDX):
 // the image is the BOM's metadata component, its base and components and npm packages are
-// components, and what depends on what is in dependencies.
+// components, and what depends on what is in dependencies; every component is in the BOM
+// itself, none behind a BOM-Link.
 func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 	if img.Digest == "" || img.Repository == "" {
 		return nil, fmt.Errorf("an SBOM needs the image's repository and digest")
@@ -98,9 +96,11 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		},
 		Components: []cdxComponent{},
 	}
+	if img.Dependencies {
+		bom.Metadata.Component.Description = img.sharedComment()
+	}
 	deps := map[string][]string{}
-	// with a shared BOM, the base is there (see SPDX): the image depends on it through the link
-	if img.Base.Digest != "" && img.Shared == nil {
+	if img.Base.Digest != "" {
 		repo := img.Base.Repository()
 		bom.Components = append(bom.Components, cdxComponent{
 			Type: "container", BOMRef: "base", Name: img.Base.Reference, Version: img.Base.Digest,
@@ -111,23 +111,13 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		deps["image"] = append(deps["image"], "base")
 	}
 	ref := func(owner, path string) string { return "npm:" + ownerName(owner) + ":" + path }
-	if img.Shared != nil {
-		// a BOM-Link (CycloneDX 1.6 §BOM-Link): urn:cdx:<serial>/<version>, #<bom-ref> for one
-		// of its components
-		link := "urn:cdx:" + strings.TrimPrefix(img.Shared.Serial, "urn:uuid:") + "/1"
-		bom.ExternalRefs = []cdxExternal{{Type: "bom", URL: link, Comment: "the SBOM of the dependencies image: every npm package",
-			Hashes: []cdxHash{{"SHA-256", img.Shared.SHA256}}}}
-		ref = func(owner, path string) string { return link + "#npm:" + ownerName(owner) + ":" + path }
-		if img.Base.Digest != "" {
-			deps["image"] = append(deps["image"], link+"#base")
-		}
-	}
 	for _, c := range img.Components {
 		r := "component:" + c.Label
-		comp := cdxComponent{Type: "application", BOMRef: r, Name: c.ID, Version: c.Version,
+		comp := cdxComponent{Type: "application", BOMRef: r, Name: c.ID, Version: img.componentVersion(c),
 			Description: "Toa component " + c.ID + ", in /composition/" + c.Label}
 		if c.Package != "" {
 			comp.Properties = []cdxProperty{{"toa:package", c.Package + " " + c.PackageVersion}}
+			comp.PURL = purlNPM(c.Package, c.PackageVersion) // what a scanner finds at its package.json
 		}
 		bom.Components = append(bom.Components, comp)
 		deps["image"] = append(deps["image"], r)
@@ -137,14 +127,14 @@ func (img *Image) CycloneDX(b Builder, created time.Time) ([]byte, error) {
 		}
 	}
 	for _, in := range img.installs() {
-		if img.Shared != nil {
-			break // listed in the shared BOM, with what they depend on
-		}
 		for _, p := range in.Install.Packages {
 			r := ref(in.Owner, p.Path)
 			bom.Components = append(bom.Components, cdxNPM(r, p, in))
-			if in.Owner == "" {
+			switch {
+			case in.Owner == "":
 				deps["image"] = append(deps["image"], r)
+			case strings.HasPrefix(in.Owner, basePrefix) && img.Base.Digest != "":
+				deps["base"] = append(deps["base"], r)
 			}
 			deps[r] = []string{}
 			for _, d := range p.Dependencies {
@@ -173,6 +163,9 @@ func cdxNPM(ref string, p Package, in ownedInstall) cdxComponent {
 	out := cdxComponent{Type: "library", BOMRef: ref, Group: group, Name: name, Version: p.Version,
 		PURL:       purlNPM(p.Name, p.Version),
 		Properties: []cdxProperty{{"toa:installed-at", "/" + in.Install.Root + "/" + p.Path}}}
+	if strings.HasPrefix(in.Owner, basePrefix) {
+		out.Properties = append(out.Properties, cdxProperty{"toa:in", "the base image"})
+	}
 	for _, c := range checksums(p.Integrity) {
 		out.Hashes = append(out.Hashes, cdxHash{cdxAlg[c.Algorithm], c.Hex})
 	}

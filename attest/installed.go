@@ -314,3 +314,100 @@ func (in *Install) Direct(names []string) []string {
 	sort.Strings(out)
 	return compact(out)
 }
+
+// layerPackages is what InstalledIn-like reading found of npm packages in one layer of a base:
+// the package.json of every package under a node_modules folder, by the folder node_modules is
+// in, and what the layer removes of the layers below it (OCI whiteouts).
+type layerPackages struct {
+	Roots     map[string]map[string]packageJSON `json:"roots,omitempty"`     // root → package path → its package.json
+	Removed   []string                          `json:"removed,omitempty"`   // paths a whiteout removes
+	Emptied   []string                          `json:"emptied,omitempty"`   // folders an opaque whiteout empties
+	Installed *Install                          `json:"installed,omitempty"` // InstalledIn's, for a layer toa-push made
+}
+
+// readLayerPackages reads a base's layer to its end for the package.json of every package under
+// any node_modules folder (npm's global installs, npm itself and its bundled packages in node
+// images, a runtime installed with `npm i -g`), and its whiteouts.
+func readLayerPackages(r io.Reader) (*layerPackages, error) {
+	tr := tar.NewReader(r)
+	out := &layerPackages{Roots: map[string]map[string]packageJSON{}}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the layer: %w", err)
+		}
+		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
+		dir, file := path.Split(name)
+		dir = strings.TrimSuffix(dir, "/")
+		switch {
+		case file == ".wh..wh..opq":
+			out.Emptied = append(out.Emptied, dir)
+			continue
+		case strings.HasPrefix(file, ".wh."):
+			out.Removed = append(out.Removed, path.Join(dir, strings.TrimPrefix(file, ".wh.")))
+			continue
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		root, pkgPath, ok := packageRoot(name)
+		if !ok {
+			continue
+		}
+		var m packageJSON
+		if err := json.NewDecoder(io.LimitReader(tr, maxManifest)).Decode(&m); err != nil || m.Name == "" && m.Version == "" {
+			continue // a package.json npm would not read either
+		}
+		if out.Roots[root] == nil {
+			out.Roots[root] = map[string]packageJSON{}
+		}
+		out.Roots[root][pkgPath] = m
+	}
+}
+
+// baseInstalls lays the layers' packages over each other, the lowest first, as a runtime
+// unpacks them: what a whiteout removes goes, a package at the same path is replaced.
+func baseInstalls(layers []*layerPackages) []*Install {
+	all := map[string]map[string]packageJSON{}
+	under := func(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") || dir == "" }
+	for _, l := range layers {
+		for root, pkgs := range all {
+			for p := range pkgs {
+				full := path.Join(root, p)
+				for _, gone := range l.Removed {
+					if under(full, gone) {
+						delete(pkgs, p)
+					}
+				}
+				for _, dir := range l.Emptied {
+					if full != dir && under(full, dir) {
+						delete(pkgs, p)
+					}
+				}
+			}
+		}
+		for root, pkgs := range l.Roots {
+			if all[root] == nil {
+				all[root] = map[string]packageJSON{}
+			}
+			for p, m := range pkgs {
+				all[root][p] = m
+			}
+		}
+	}
+	roots := make([]string, 0, len(all))
+	for root, pkgs := range all {
+		if len(pkgs) > 0 {
+			roots = append(roots, root)
+		}
+	}
+	sort.Strings(roots)
+	var out []*Install
+	for _, root := range roots {
+		out = append(out, &Install{Root: root, Packages: fromManifests(all[root])})
+	}
+	return out
+}

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // entry is one tar entry of a test layer: a folder (name ends in /), a link or a file.
@@ -174,5 +177,71 @@ func TestFillFromTheLockfile(t *testing.T) {
 	}
 	if in.Packages[0].Resolved != "" {
 		t.Error("the install was changed in place")
+	}
+}
+
+// The base's npm packages: every package.json under a node_modules folder of any layer (npm
+// and its bundled packages, a runtime installed with `npm i -g`), the layers laid over each
+// other the lowest first: a whiteout removes a package, an opaque folder what was below it.
+func TestBaseInstalls(t *testing.T) {
+	read := func(entries ...entry) *layerPackages {
+		t.Helper()
+		l, err := readLayerPackages(bytes.NewReader(tarOf(t, entries...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	pkg := func(name, version string) string { return `{"name":"` + name + `","version":"` + version + `"}` }
+	lower := read(
+		entry{name: "usr/local/lib/node_modules/npm/package.json", data: pkg("npm", "10.8.2")},
+		entry{name: "usr/local/lib/node_modules/npm/node_modules/semver/package.json", data: pkg("semver", "7.6.0")},
+		entry{name: "usr/local/lib/node_modules/npm/docs/package.json", data: pkg("docs", "1.0.0")}, // not a package of node_modules
+		entry{name: "usr/local/lib/node_modules/corepack/package.json", data: pkg("corepack", "0.29.0")},
+		entry{name: "opt/app/node_modules/left/package.json", data: pkg("left", "1.0.0")},
+		entry{name: "usr/local/lib/node_modules/broken/package.json", data: "not json"},
+	)
+	upper := read(
+		entry{name: "usr/local/lib/node_modules/.wh.corepack"},
+		entry{name: "opt/app/.wh..wh..opq"},
+		entry{name: "usr/local/lib/node_modules/npm/node_modules/semver/package.json", data: pkg("semver", "7.6.3")},
+		entry{name: "usr/local/lib/node_modules/@toa.io/runtime/package.json", data: pkg("@toa.io/runtime", "1.0.0-alpha.289")},
+	)
+	got := map[string]string{}
+	for _, in := range baseInstalls([]*layerPackages{lower, upper}) {
+		for _, p := range in.Packages {
+			got["/"+in.Root+"/"+p.Path] = p.Name + "@" + p.Version
+		}
+	}
+	want := map[string]string{
+		"/usr/local/lib/node_modules/npm":                     "npm@10.8.2",
+		"/usr/local/lib/node_modules/npm/node_modules/semver": "semver@7.6.3",
+		"/usr/local/lib/node_modules/@toa.io/runtime":         "@toa.io/runtime@1.0.0-alpha.289",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("the base's packages %v, want %v", got, want)
+	}
+}
+
+// The lockfile that fills in what npm's hidden lockfile lacks is the one npm read:
+// npm-shrinkwrap.json over package-lock.json.
+func TestReadPackagePrefersTheShrinkwrap(t *testing.T) {
+	dir := t.TempDir()
+	lock := func(integrity string) string {
+		return `{"lockfileVersion":3,"packages":{"":{},"node_modules/ms":{"version":"2.1.3","resolved":"https://registry.example/ms.tgz","integrity":"` + integrity + `"}}}`
+	}
+	for name, data := range map[string]string{"package.json": `{"name":"a","version":"1.0.0","dependencies":{"ms":"2.1.3"}}`,
+		"package-lock.json": lock("sha512-TE9DSw=="), "npm-shrinkwrap.json": lock("sha512-U0hSSU5L")} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &toa.Component{Path: dir, PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+	comp := &Component{Installed: &Install{Root: "composition/a", Packages: []Package{{Name: "ms", Version: "2.1.3", Path: "node_modules/ms"}}}}
+	if err := readPackage(c, comp); err != nil {
+		t.Fatal(err)
+	}
+	if got := comp.Installed.Packages[0].Integrity; got != "sha512-U0hSSU5L" {
+		t.Errorf("ms's integrity %q, want the shrinkwrap's", got)
 	}
 }

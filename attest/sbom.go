@@ -1,7 +1,6 @@
 package attest
 
 import (
-	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -22,30 +21,10 @@ type Image struct {
 	Components []Component
 	// Global is what `npm i -g` lines of registry.build.run installed, or nil.
 	Global *Install
-	// Shared, when set, is the SBOM of the dependencies image the image is built on: the
-	// packages are listed there, and this one refers to it for them.
-	Shared *SharedSBOM
-}
-
-// SharedSBOM is the SBOM of a dependencies image, as the SBOMs of the images built on it refer
-// to it: SPDX's externalDocumentRefs (its namespace and SHA-1) and CycloneDX's BOM-Link (its
-// serial number and version) with the document's SHA-256.
-type SharedSBOM struct {
-	Namespace string // SPDX: its documentNamespace
-	Serial    string // CycloneDX: its serialNumber, "urn:uuid:..."
-	SHA1      string // of the document's bytes, hex
-	SHA256    string
-}
-
-// sharedRefID is the SPDX document reference of the dependencies' SBOM.
-const sharedRefID = "DocumentRef-dependencies"
-
-// SharedOf describes doc, the dependencies' SBOM of img (made by img.SBOM), for the images that
-// refer to it.
-func SharedOf(img *Image, doc []byte) *SharedSBOM {
-	s1, s256 := sha1.Sum(doc), sha256.Sum256(doc)
-	return &SharedSBOM{Namespace: img.spdxNamespace(), Serial: img.cdxSerial(), SHA1: hex.EncodeToString(s1[:]),
-		SHA256: hex.EncodeToString(s256[:])}
+	// Dependencies says the image is a dependencies image (deps-<hash>): its document is the
+	// one every image built on it carries, so it says nothing that the code changes (the
+	// components' versions, which are their code's hash when undeclared).
+	Dependencies bool
 }
 
 // spdxNamespace is the SPDX document's namespace: unique per image, its digest names it (SPDX
@@ -63,6 +42,10 @@ func (img *Image) cdxSerial() string {
 type Base struct {
 	Reference string // as the context names it: "ghcr.io/toa-io/runtime:1.0.0-alpha.289"
 	Digest    string // its manifest for the platform
+	// Installed are the npm packages in the base's layers, by the folder their node_modules is
+	// in ("usr/local/lib": npm itself in node images, a runtime installed globally): a scanner
+	// that reads the SBOM alone sees them too.
+	Installed []*Install
 }
 
 // Repository is the base's repository as its reference names it, without tag or digest:
@@ -126,10 +109,22 @@ func purlOCI(repository, digest, tag, platform string) string {
 	return "pkg:oci/" + strings.ToLower(name) + "@" + url.PathEscape(digest) + "?" + q.Encode()
 }
 
+// where says where an install's package is, for a comment.
+func (in ownedInstall) where(p Package) string {
+	at := "/" + in.Install.Root + "/" + p.Path
+	if strings.HasPrefix(in.Owner, basePrefix) {
+		return "in the base image at " + at
+	}
+	return "installed by npm at " + at
+}
+
 // purlNPM is the package URL of an npm package (purl-spec, types: npm): the scope's @ is
-// percent-encoded.
+// percent-encoded, the version left out when there is none.
 func purlNPM(name, version string) string {
 	name = strings.Replace(name, "@", "%40", 1)
+	if version == "" { // a component's package.json may have none
+		return "pkg:npm/" + name
+	}
 	return "pkg:npm/" + name + "@" + url.PathEscape(version)
 }
 
@@ -177,13 +172,20 @@ func spdxLicense(l string) string {
 
 // ownedInstall is an install with the component it belongs to.
 type ownedInstall struct {
-	Owner   string // the component's label, "" for the global installs
+	Owner   string // the component's label, "" for the global installs, "base/<root>" for the base's
 	Install *Install
 }
 
-// installs are every install of the image: the global one first, then the components'.
+// basePrefix opens the owner of the base's installs: no component's label has a slash.
+const basePrefix = "base/"
+
+// installs are every install of the image: the base's first, then the global one, then the
+// components'.
 func (img *Image) installs() []ownedInstall {
 	var out []ownedInstall
+	for _, in := range img.Base.Installed {
+		out = append(out, ownedInstall{basePrefix + in.Root, in})
+	}
 	if img.Global != nil {
 		out = append(out, ownedInstall{"", img.Global})
 	}
@@ -203,4 +205,24 @@ func deterministicUUID(s string) string {
 	b[6] = (b[6] & 0x0f) | 0x50
 	b[8] = (b[8] & 0x3f) | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// componentVersion is what a document says of a component's version: nothing in a dependencies
+// image's document, which every image built on it carries whatever its code (an undeclared
+// version is a hash of the component's files).
+func (img *Image) componentVersion(c Component) string {
+	if img.Dependencies {
+		return ""
+	}
+	return c.Version
+}
+
+// sharedComment says, in a dependencies image's document, which images carry it.
+func (img *Image) sharedComment() string {
+	if !img.Dependencies {
+		return ""
+	}
+	return "every package of " + img.Repository + ":" + img.Tag + " for " + img.Platform +
+		", and so of every image of " + img.Repository + " built on it, which carries this document as its SBOM: " +
+		"their own layers are their components' sources, named in their provenance"
 }

@@ -327,32 +327,40 @@ func TestBaseRepository(t *testing.T) {
 	}
 }
 
-// An image's SBOM that refers to its dependencies' SBOM repeats none of it: neither the
-// packages nor the base, which the dependencies image it descends from is described with.
-func TestSharedSBOMRepeatsNothing(t *testing.T) {
-	deps := testImage(t)
-	depsDoc, err := deps.SPDX(testBuilder, time.Unix(0, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := testImage(t)
-	img.Digest = "sha256:" + strings.Repeat("ef", 32)
-	img.Shared = SharedOf(deps, depsDoc)
+// A dependencies image's document, which every image built on it carries, lists every package
+// and the components, and says nothing a code change alters: two images whose components'
+// code differs (their versions are hashes of it) get the same bytes, which validate.
+func TestDependenciesDocumentIsWholeAndTheSameWhateverTheCode(t *testing.T) {
 	for _, f := range []Format{SPDX, CycloneDX} {
-		doc, err := img.SBOM(f, testBuilder, time.Unix(0, 0))
-		if err != nil {
-			t.Fatal(err)
+		var docs [][]byte
+		for _, version := range []string{"0f1e2d3c", "9a8b7c6d"} {
+			img := testImage(t)
+			img.Dependencies = true
+			img.Components[1].Version = version
+			doc, err := img.SBOM(f, testBuilder, time.Unix(0, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, doc)
 		}
-		s := string(doc)
-		if strings.Contains(s, strings.Repeat("cd", 32)) || strings.Contains(s, `"name":"ms"`) {
-			t.Errorf("%s: the SBOM repeats the dependencies' SBOM:\n%s", f, s)
+		if !bytes.Equal(docs[0], docs[1]) {
+			t.Errorf("%s: the dependencies' document changes with the code:\n%s\n%s", f, docs[0], docs[1])
 		}
-		want := `"relatedSpdxElement":"DocumentRef-dependencies:SPDXRef-Image"`
-		if f == CycloneDX {
-			want = "#base"
+		s := string(docs[0])
+		for _, want := range []string{`"name":"ms"`, `"shop.prices"`, strings.Repeat("cd", 32), "every image of registry.example:5000/shop/composition-front built on it"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s: the dependencies' document lacks %s:\n%s", f, want, s)
+			}
 		}
-		if !strings.Contains(s, want) {
-			t.Errorf("%s: the SBOM lacks %s:\n%s", f, want, s)
+		for _, unwanted := range []string{"0f1e2d3c", "externalDocumentRefs", "urn:cdx:"} {
+			if strings.Contains(s, unwanted) {
+				t.Errorf("%s: the dependencies' document holds %s:\n%s", f, unwanted, s)
+			}
+		}
+		if f == SPDX {
+			validateSPDX(t, docs[0])
+		} else if err := ValidateCycloneDX(t, docs[0]); err != nil {
+			t.Errorf("the BOM does not validate against CycloneDX 1.6's schema: %v", err)
 		}
 	}
 }

@@ -18,19 +18,12 @@ type spdxDocument struct {
 	Name              string             `json:"name"`
 	DocumentNamespace string             `json:"documentNamespace"`
 	CreationInfo      spdxCreationInfo   `json:"creationInfo"`
-	ExternalRefs      []spdxDocumentRef  `json:"externalDocumentRefs,omitempty"`
 	Packages          []spdxPackage      `json:"packages"`
 	Relationships     []spdxRelationship `json:"relationships"`
 }
 
-// spdxDocumentRef is another SPDX document this one refers to (SPDX 2.3 §6.6).
-type spdxDocumentRef struct {
-	ID       string       `json:"externalDocumentId"`
-	Document string       `json:"spdxDocument"`
-	Checksum spdxChecksum `json:"checksum"`
-}
-
 type spdxCreationInfo struct {
+	Comment  string   `json:"comment,omitempty"`
 	Created  string   `json:"created"`
 	Creators []string `json:"creators"`
 }
@@ -88,6 +81,8 @@ func spdxID(parts ...string) string {
 // licenses; `npm i -g` packages belong to the image itself. Relationships: the document
 // DESCRIBES the image, which is a DESCENDANT_OF its base and CONTAINS its components and
 // packages; a component DEPENDS_ON what its package.json names, a package on what it requires.
+// Every package is in the document itself: readers (syft, Trivy, Dependency-Track) follow no
+// reference to another document.
 func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 	if img.Digest == "" || img.Repository == "" {
 		return nil, fmt.Errorf("an SBOM needs the image's repository and digest")
@@ -100,6 +95,7 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		Name:              img.Repository + ":" + img.Tag + " " + img.Platform,
 		DocumentNamespace: img.spdxNamespace(),
 		CreationInfo: spdxCreationInfo{
+			Comment:  img.sharedComment(),
 			Created:  created.UTC().Format(time.RFC3339),
 			Creators: []string{"Tool: " + b.Name + "-" + b.Version},
 		},
@@ -116,9 +112,7 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		ExternalRefs: []spdxExternalRef{purlRef(purlOCI(img.Repository, img.Digest, img.Tag, img.Platform))},
 	})
 	rel("SPDXRef-DOCUMENT", "DESCRIBES", imageID)
-	// with a shared SBOM, the base is there: the dependencies image it refers to is a
-	// DESCENDANT_OF the same base, which a code change need not describe again
-	if img.Base.Digest != "" && img.Shared == nil {
+	if img.Base.Digest != "" {
 		baseID := spdxID("Base")
 		repo := img.Base.Repository()
 		doc.Packages = append(doc.Packages, spdxPackage{
@@ -131,15 +125,6 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		})
 		rel(imageID, "DESCENDANT_OF", baseID)
 	}
-	// the packages' ids, in this document or, with a shared SBOM, in that one
-	external := ""
-	if img.Shared != nil {
-		external = sharedRefID + ":"
-		doc.ExternalRefs = []spdxDocumentRef{{ID: sharedRefID, Document: img.Shared.Namespace,
-			Checksum: spdxChecksum{Algorithm: "SHA1", ChecksumValue: img.Shared.SHA1}}}
-		// the dependencies image, whose SBOM lists every package it holds
-		rel(imageID, "DESCENDANT_OF", external+imageID)
-	}
 	ids := map[string]string{} // owner + "\x00" + path → SPDX id
 	taken := map[string]bool{}
 	for _, in := range img.installs() {
@@ -150,19 +135,21 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 				id = spdxID("Package", ownerName(in.Owner), p.Path, fmt.Sprint(n))
 			}
 			taken[id] = true
-			ids[in.Owner+"\x00"+p.Path] = external + id
+			ids[in.Owner+"\x00"+p.Path] = id
 		}
 	}
 	for _, c := range img.Components {
 		id := spdxID("Component", c.Label)
 		pkg := spdxPackage{
-			SPDXID: id, Name: c.ID, VersionInfo: c.Version, DownloadLocation: noAssertion,
+			SPDXID: id, Name: c.ID, VersionInfo: img.componentVersion(c), DownloadLocation: noAssertion,
 			LicenseConcluded: noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
 			PrimaryPackagePurpose: "APPLICATION",
 			Comment:               "Toa component " + c.ID + ", in /composition/" + c.Label,
 		}
 		if c.Package != "" {
 			pkg.Comment += "; package.json: " + c.Package + " " + c.PackageVersion
+			// what a scanner of the image finds at /composition/<label>/package.json
+			pkg.ExternalRefs = []spdxExternalRef{purlRef(purlNPM(c.Package, c.PackageVersion))}
 		}
 		doc.Packages = append(doc.Packages, pkg)
 		rel(imageID, "CONTAINS", id)
@@ -171,9 +158,6 @@ func (img *Image) SPDX(b Builder, created time.Time) ([]byte, error) {
 		}
 	}
 	for _, in := range img.installs() {
-		if img.Shared != nil {
-			break // listed in the shared SBOM, with what they depend on
-		}
 		for _, p := range in.Install.Packages {
 			id := ids[in.Owner+"\x00"+p.Path]
 			doc.Packages = append(doc.Packages, spdxNPM(id, p, in))
@@ -199,7 +183,7 @@ func spdxNPM(id string, p Package, in ownedInstall) spdxPackage {
 		LicenseConcluded: noAssertion, LicenseDeclared: noAssertion, CopyrightText: noAssertion,
 		PrimaryPackagePurpose: "LIBRARY",
 		ExternalRefs:          []spdxExternalRef{purlRef(purlNPM(p.Name, p.Version))},
-		Comment:               "installed by npm at /" + in.Install.Root + "/" + p.Path,
+		Comment:               in.where(p),
 	}
 	if p.Resolved != "" {
 		out.DownloadLocation = p.Resolved

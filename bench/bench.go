@@ -50,7 +50,8 @@ func newBench(ctx context.Context) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{ctx: ctx, work: work, repo: repo, t: newTB(ctx, work)}
-	b.toaPush = filepath.Join(repo, "bin", "toa-push")
+	// BENCH_TOA_PUSH measures another build in its place (an earlier commit's, for a before/after)
+	b.toaPush = envOr("BENCH_TOA_PUSH", filepath.Join(repo, "bin", "toa-push"))
 	b.toaApply = filepath.Join(repo, "bin", "toa-apply")
 	b.crane = envOr("CRANE", "crane")
 	storage := envOr("BENCH_BUILDAH_STORAGE", filepath.Join(filepath.Dir(work), "buildah"))

@@ -131,6 +131,12 @@ func (b *bench) market() error {
 		fmt.Printf("- The bump sends %.1f%% of market.orders' node_modules (target ≤ 10%%): %s.\n", 100*float64(bump)/float64(deps),
 			verdict(float64(bump) <= 0.1*float64(deps)))
 	}
+	if code := now["code"]; code.pulled > 0 {
+		// what a node pulls of a code change is its new layers: the sources layer
+		extra := float64(code.s.sent-code.pulled) / 1024
+		fmt.Printf("- The one-line code change sends the sources layer (%s) + %.1f KiB with the default attachments (target ≤ + 16 KiB): %s.\n",
+			size(float64(code.pulled)), extra, verdict(extra <= 16))
+	}
 	if old, ok := rows["toa-push before"]; ok {
 		fmt.Printf("- The first push sends %.3f× what it sent with one layer per component (target 1 ± 0.02): %s.\n",
 			float64(now["first"].s.sent)/float64(old["first"].s.sent), verdict(abs(float64(now["first"].s.sent)/float64(old["first"].s.sent)-1) <= 0.02))

@@ -302,15 +302,22 @@ func (b *bench) pushSet(set *pushSet) error {
 			}
 		}
 		if s := subjects["toa-push"]; s != nil {
-			if err := b.change(s, "code"); err != nil {
-				return err
+			// a runner that attaches by default attached to the image before: one code change
+			// unmeasured (its SBOM reads the layers of the dependencies image and of the base,
+			// once a machine), then the one measured
+			for _, warm := range []bool{true, false} {
+				if err := b.change(s, "code"); err != nil {
+					return err
+				}
+				out, err := b.measure(s.app, []string{"TOA_CACHE=" + s.cache}, s.ns+"-attested",
+					b.toaPush, "-o", "json", "--path", s.app, "-k", filepath.Join(s.work, "deployment"))
+				if err != nil {
+					return err
+				}
+				if !warm {
+					set.attested = append(set.attested, out)
+				}
 			}
-			out, err := b.measure(s.app, []string{"TOA_CACHE=" + s.cache}, s.ns+"-attested",
-				b.toaPush, "-o", "json", "--path", s.app, "-k", filepath.Join(s.work, "deployment"))
-			if err != nil {
-				return err
-			}
-			set.attested = append(set.attested, out)
 		}
 	}
 	return nil

@@ -28,6 +28,7 @@ const (
 	BaseRoots                 // each base's root file system, unpacked for the work in it
 	Registries                // which repository of a registry holds which blob, for mounts
 	Extensions                // the extensions' answers, with the fingerprints of their packages
+	SBOMLayers                // the npm packages each layer holds, for the SBOMs
 	Runner                    // what the runner's node says of itself
 	Staging                   // the staging folders of installs under way: never pruned
 	cacheCount
@@ -60,13 +61,15 @@ var caches = [cacheCount]cacheInfo{
 	Bases: {"bases", "*.json", "what each base was last resolved to (for `--plan` offline)",
 		"sha256 of the base's reference", 1 << 20, true},
 	Libc: {"libc", "sha256-*", "each base's C library (glibc or musl)",
-		"the base's digest", 64, true},
+		"the base's manifest digest (its config's and layers' digests)", 64, true},
 	BaseRoots: {"bases/roots", "sha256-*", "each base's root file system, unpacked for what runs in it (build.run lines, install scripts)",
-		"the base's config digest", 0, true},
+		"the chain ID of the base's layers (rootfs.diff_ids, each layer checked against its own while unpacked)", 0, true},
 	Registries: {"registries", "*.blobs", "which repository of a registry holds which blob (for mounts)",
 		"the registry's host", 16 << 20, true},
 	Extensions: {"extensions", "*.json", "the extensions' answers and the fingerprints of their packages",
 		"sha256 of the bridge, node and the first request", 64 << 20, true},
+	SBOMLayers: {"sbom/layers", "sha256-*.json", "the npm packages each layer of an image holds, for its SBOM",
+		"the layer's digest", 64 << 20, true},
 	Runner: {"", "runner.json", "what the runner's node says of itself",
 		"the node binary's path, size, mtime and inode", 64 << 10, true},
 	Staging: {"tmp", "", "staging folders of installs under way",

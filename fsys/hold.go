@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Holds are the folders of the caches a run is using (an unpacked base it runs in), each held
@@ -81,13 +83,15 @@ func sameFile(f *os.File, dir string) bool {
 	return err == nil && os.SameFile(open, now)
 }
 
-// lockToRemove takes the exclusive lock of a folder Prune is about to remove, without waiting:
-// busy when a run holds it. unlock closes it after the removal.
-func lockToRemove(dir string) (busy bool, unlock func(), err error) {
-	f, err := os.Open(dir)
+// lockToRemove takes the exclusive lock of the folder name in dirFd that Prune is about to
+// remove, without waiting: busy when a run holds it. unlock closes it after the removal. The
+// folder is opened without following a link.
+func lockToRemove(dirFd int, name string) (busy bool, unlock func(), err error) {
+	fd, err := unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false, func() {}, err
 	}
+	f := os.NewFile(uintptr(fd), name)
 	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {

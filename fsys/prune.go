@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 )
@@ -68,12 +71,18 @@ func ParseSize(s string) (int64, error) {
 	return n * m, nil
 }
 
-// Entry is one entry of a cache: a file, or a folder kept whole (npm's cache).
+// Entry is one entry of a cache: a file, a folder kept whole (npm's cache, a kept tree, an
+// unpacked base), or a link found where the cache has an entry or a folder (removed as a link).
 type Entry struct {
 	Cache Cache     `json:"-"`
 	Path  string    `json:"path"`
 	Size  int64     `json:"size"`
 	Used  time.Time `json:"used"` // the newest modification time in it (Touch)
+
+	folder string // where it is, relative to the root, reached without following a link
+	name   string // its name there
+	dir    bool   // a folder entry, locked before it is removed (Holds)
+	link   bool   // a link: not the cache's, removed by every prune
 }
 
 // PruneReport is what Prune found and did.
@@ -92,18 +101,38 @@ type PruneReport struct {
 // what it is about to use; a cache holding more than max of them stays over the bound until the
 // next run. What the root holds besides the caches of the table (the test harness's tools, the
 // control plane) is never looked at.
+//
+// Prune never follows a link under root (root itself may be one): each folder is opened from its
+// parent's descriptor without following one. toa-push makes no link where a cache has a folder or
+// an entry; a link found there (whoever made it) would take the bound's writes and removals
+// outside the cache, so every prune removes it, as a link, whatever the bound: what it leads to is
+// never looked through nor removed.
 func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneReport, error) {
 	report := &PruneReport{Root: root, Max: max, Removed: []Entry{}}
+	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return report, nil
+	}
+	if err != nil {
+		return report, fmt.Errorf("open the cache %s: %w", root, err)
+	}
+	defer unix.Close(rootFd)
 	var entries []Entry
+	seen := map[string]bool{} // a link in place of a folder several caches share is one entry
 	for _, c := range Caches() {
 		if err := ctx.Err(); err != nil {
 			return report, err
 		}
-		found, err := c.entries(root)
+		found, err := c.entries(root, rootFd)
 		if err != nil {
 			return report, fmt.Errorf("look through the cache %s: %w", c.Dir(root), err)
 		}
-		entries = append(entries, found...)
+		for _, e := range found {
+			if !seen[e.Path] {
+				seen[e.Path] = true
+				entries = append(entries, e)
+			}
+		}
 	}
 	for _, e := range entries {
 		report.Before += e.Size
@@ -112,8 +141,8 @@ func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneR
 	// least recently used first; a partial leftover counts as used when it was last written
 	slices.SortStableFunc(entries, func(a, b Entry) int { return a.Used.Compare(b.Used) })
 	for _, e := range entries {
-		partial := strings.HasPrefix(filepath.Base(e.Path), PartialPrefix) // a write under way, or a leftover
-		leftover := partial && time.Since(e.Used) > leftoverAge
+		partial := strings.HasPrefix(e.name, PartialPrefix) // a write under way, or a leftover
+		leftover := (partial && time.Since(e.Used) > leftoverAge) || e.link
 		removable := caches[e.Cache].prune && !partial && e.Used.Before(keep)
 		if !leftover && (report.After <= max || !removable) {
 			report.Kept++
@@ -122,12 +151,12 @@ func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneR
 		if err := ctx.Err(); err != nil {
 			return report, err
 		}
-		removed, err := removeUnheld(e.Path)
+		removed, err := removeUnheld(rootFd, e)
 		if err != nil {
-			return report, fmt.Errorf("prune the cache: %w", err)
+			return report, fmt.Errorf("prune the cache: remove %s: %w", e.Path, err)
 		}
 		if !removed {
-			report.Kept++ // another run is using it (Holds)
+			report.Kept++ // another run is using it (Holds), or it is no longer where it was
 			continue
 		}
 		report.After -= e.Size
@@ -136,108 +165,221 @@ func Prune(ctx context.Context, root string, max int64, keep time.Time) (*PruneR
 	return report, nil
 }
 
-// removeUnheld removes the entry at path unless it is a folder a run holds (Holds): the folder
-// is locked for the removal, so that no run takes it meanwhile.
-func removeUnheld(path string) (bool, error) {
-	if info, err := os.Lstat(path); err == nil && info.IsDir() {
-		busy, unlock, err := lockToRemove(path)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, err
-		}
-		defer unlock()
-		if busy {
+// removeUnheld removes the entry e unless it is a folder a run holds (Holds): the folder is
+// locked for the removal, so that no run takes it meanwhile. An entry whose folder can no longer
+// be reached without a link is left.
+func removeUnheld(rootFd int, e Entry) (bool, error) {
+	dirFd, link, err := openFolder(rootFd, e.folder)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || link != "" {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(dirFd)
+	if e.dir {
+		busy, unlock, err := lockToRemove(dirFd, e.name)
+		switch {
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+			// a link or a file in its place now: nothing a run holds, removed as it is
+		case err != nil:
+			return false, ignoreMissing(err)
+		case busy:
 			return false, nil
+		default:
+			defer unlock()
 		}
 	}
-	return true, os.RemoveAll(path)
+	return true, RemoveAt(dirFd, e.name)
 }
 
-// entries lists the cache's entries under root, with the leftovers of interrupted writes.
-func (c Cache) entries(root string) ([]Entry, error) {
-	dir := c.Dir(root)
-	if c.Pattern() == "" {
-		size, used, err := treeSize(dir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil || !caches[c].prune {
-			return nil, err
-		}
-		return []Entry{{Cache: c, Path: dir, Size: size, Used: used}}, nil
+// openFolder opens the folder rel (slash-separated, "" for the root) under rootFd, one name at a
+// time without following a link. When a name on the way is a link, link is its path relative
+// to the root and fd is -1; a name missing or not a folder is an error wrapping ENOENT or ENOTDIR.
+func openFolder(rootFd int, rel string) (fd int, link string, err error) {
+	fd, err = unix.Dup(rootFd)
+	if err != nil || rel == "" {
+		return fd, "", err
 	}
-	names, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	done := ""
+	for _, name := range strings.Split(rel, "/") {
+		done = path.Join(done, name)
+		next, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			var st unix.Stat_t
+			if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				unix.Close(fd)
+				return -1, done, nil
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, "", err
+		}
+		fd = next
+	}
+	return fd, "", nil
+}
+
+// entries lists the cache's entries under root (opened as rootFd), with the leftovers of
+// interrupted writes, never following a link: a link on the way to the cache's folder is the
+// one entry found.
+func (c Cache) entries(root string, rootFd int) ([]Entry, error) {
+	if !caches[c].prune {
+		return nil, nil // never pruned: not even looked at
+	}
+	folder, pattern := filepath.ToSlash(c.Folder()), c.Pattern()
+	if pattern == "" { // the folder is the one entry
+		folder, pattern = path.Dir(folder), path.Base(folder)
+		if folder == "." {
+			folder = ""
+		}
+	}
+	dirFd, link, err := openFolder(rootFd, folder)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	if link != "" {
+		e, err := linkEntry(c, root, rootFd, link)
+		if err != nil {
+			return nil, ignoreMissing(err)
+		}
+		return []Entry{e}, nil
+	}
+	defer unix.Close(dirFd)
+	names, err := NamesAt(dirFd)
+	if err != nil {
+		return nil, err
+	}
 	var out []Entry
-	for _, d := range names {
-		name := d.Name()
-		ok, _ := filepath.Match(c.Pattern(), name)
-		partial := strings.HasPrefix(name, PartialPrefix)
+	for _, name := range names {
+		ok, _ := filepath.Match(pattern, name)
+		partial := strings.HasPrefix(name, PartialPrefix) && c.Pattern() != "" // a whole folder has none
 		if !ok && !partial {
 			continue
 		}
-		info, err := os.Lstat(filepath.Join(dir, name))
-		if err != nil || info.IsDir() != c.folders() {
-			continue // gone meanwhile, or not ours
+		e, ok, err := c.entryAt(dirFd, folder, name)
+		if err != nil {
+			return nil, err
 		}
-		if info.IsDir() {
-			// a kept folder is made whole and renamed into place when used: its own time says when
-			size, err := folderSize(filepath.Join(dir, name))
-			if err != nil {
-				continue
-			}
-			out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: size, Used: info.ModTime()})
-			continue
+		if ok {
+			e.Path = filepath.Join(root, filepath.FromSlash(folder), name)
+			out = append(out, e)
 		}
-		out = append(out, Entry{Cache: c, Path: filepath.Join(dir, name), Size: info.Size(), Used: info.ModTime()})
 	}
 	return out, nil
 }
+
+// entryAt is the entry name in the folder dirFd (at folder under the root), and false for what
+// is gone meanwhile or is not the cache's: a file where it keeps folders, a folder where it keeps
+// files.
+func (c Cache) entryAt(dirFd int, folder, name string) (Entry, bool, error) {
+	e := Entry{Cache: c, folder: folder, name: name}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return e, false, nil
+	}
+	e.Used = mtime(&st)
+	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+	wholeFolder := c.Pattern() == ""
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		e.link = true // of size 0: what it leads to is not the cache's
+		return e, true, nil
+	case wholeFolder && isDir: // npm's: its use is the newest file in it (npm's log)
+		fd, err := unix.Openat(dirFd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return e, false, nil
+		}
+		defer unix.Close(fd)
+		var used time.Time
+		e.Size, used = treeSize(fd)
+		e.Used, e.dir = used, true
+		return e, true, nil
+	case wholeFolder || isDir != c.folders():
+		return e, false, nil
+	case isDir:
+		// a kept folder is made whole and renamed into place when used: its own time says when
+		fd, err := unix.Openat(dirFd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return e, false, nil
+		}
+		defer unix.Close(fd)
+		e.Size, e.dir = folderSize(fd), true
+		return e, true, nil
+	}
+	e.Size = st.Size
+	return e, true, nil
+}
+
+// linkEntry is the link at rel under the root, found where a cache has a folder.
+func linkEntry(c Cache, root string, rootFd int, rel string) (Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(rootFd, rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Entry{}, err
+	}
+	folder := path.Dir(rel)
+	if folder == "." {
+		folder = ""
+	}
+	return Entry{Cache: c, Path: filepath.Join(root, filepath.FromSlash(rel)), Used: mtime(&st),
+		folder: folder, name: path.Base(rel), link: true}, nil
+}
+
+func mtime(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Unix()) }
 
 // FolderSizeFile is the file of a folder entry (Trees) that says how many bytes the folder holds,
 // in decimal, as the one who wrote the folder counted them: a run's end prunes without walking
 // every file of every kept tree.
 const FolderSizeFile = ".size"
 
-// folderSize is what the folder's FolderSizeFile says, else the bytes of its files.
-func folderSize(dir string) (int64, error) {
-	if data, err := ReadFile(filepath.Join(dir, FolderSizeFile), 64); err == nil {
-		if n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && n >= 0 {
-			return n, nil
+// folderSize is what the folder fd's FolderSizeFile says, else the bytes of its files.
+func folderSize(fd int) int64 {
+	if f, err := unix.Openat(fd, FolderSizeFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		file := os.NewFile(uintptr(f), FolderSizeFile)
+		data, err := io.ReadAll(io.LimitReader(file, 64))
+		file.Close()
+		if n, perr := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && perr == nil && n >= 0 {
+			return n
 		}
 	}
-	size, _, err := treeSize(dir)
-	return size, err
+	size, _ := treeSize(fd)
+	return size
 }
 
-// treeSize is the bytes of the files under dir and the newest modification time there (npm
-// writes its log under its cache on every run).
-func treeSize(dir string) (int64, time.Time, error) {
+// treeSize is the bytes of the regular files under the folder fd and the newest modification
+// time among them (npm writes its log under its cache on every run), never following a link.
+// What cannot be read is not counted.
+func treeSize(fd int) (int64, time.Time) {
 	var size int64
 	var used time.Time
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if path == dir {
-				return err
+	names, _ := NamesAt(fd)
+	for _, name := range names {
+		var st unix.Stat_t
+		if unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			continue // removed meanwhile
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			size += st.Size
+			if t := mtime(&st); t.After(used) {
+				used = t
 			}
-			return nil // a file removed meanwhile
+		case unix.S_IFDIR: // a folder's time changes with what is added to it, not with use
+			sub, err := unix.Openat(fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			n, t := treeSize(sub)
+			unix.Close(sub)
+			size += n
+			if t.After(used) {
+				used = t
+			}
 		}
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if !info.Mode().IsRegular() {
-			return nil // a folder's time changes with what is added to it, not with use
-		}
-		size += info.Size()
-		if info.ModTime().After(used) {
-			used = info.ModTime()
-		}
-		return nil
-	})
-	return size, used, err
+	}
+	return size, used
 }

@@ -94,7 +94,7 @@ func ReplaceDir(dir string, perm fs.FileMode, fill func(tmp string) error) error
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp) // gone by rename when all goes well
+	defer RemoveAll(tmp) // gone by rename when all goes well
 	if err := os.Chmod(tmp, perm); err != nil {
 		return err
 	}
@@ -114,5 +114,5 @@ func ReplaceDir(dir string, perm fs.FileMode, fill func(tmp string) error) error
 		}
 		return err
 	}
-	return os.RemoveAll(old)
+	return RemoveAll(old)
 }

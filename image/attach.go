@@ -104,6 +104,23 @@ func (d *RegistryDestination) WriteManifest(ctx context.Context, ref string, img
 	return Sent{bytes, requests}, nil
 }
 
+// WriteReferrers pushes the referrers of one subject and their blobs (registry.WriteReferrers):
+// on a registry without the referrers API, the subject's referrers tag is read and written once
+// for them all.
+func (d *RegistryDestination) WriteReferrers(ctx context.Context, repository string, referrers []v1.Image) (Sent, error) {
+	r, err := d.reg.Reference(repository)
+	if err != nil {
+		return Sent{}, err
+	}
+	counted := d.reg.Counted()
+	err = counted.WriteReferrers(ctx, r.Context(), referrers)
+	bytes, requests := counted.Sent()
+	if err != nil {
+		return Sent{bytes, requests}, registry.Wrap("push the referrers of an image of "+repository, "", err)
+	}
+	return Sent{bytes, requests}, nil
+}
+
 // Manifest reads the image manifest under ref, or nil when the registry has none.
 func (d *RegistryDestination) Manifest(ctx context.Context, ref string) (v1.Image, error) {
 	r, err := d.reg.Reference(ref)
@@ -163,6 +180,23 @@ func (l *Layout) WriteManifest(ctx context.Context, ref string, img v1.Image) (S
 		return kept[i].Annotations[AnnotationImageName] < kept[j].Annotations[AnnotationImageName]
 	})
 	return Sent{Bytes: written}, l.writeIndexJSON(kept)
+}
+
+// WriteReferrers writes each referrer as WriteManifest does, under its digest.
+func (l *Layout) WriteReferrers(ctx context.Context, repository string, referrers []v1.Image) (Sent, error) {
+	var sent Sent
+	for _, img := range referrers {
+		d, err := img.Digest()
+		if err != nil {
+			return sent, err
+		}
+		s, err := l.WriteManifest(ctx, repository+"@"+d.String(), img)
+		sent.add(s)
+		if err != nil {
+			return sent, err
+		}
+	}
+	return sent, nil
 }
 
 // Manifest reads the image manifest the layout holds under ref, or nil.

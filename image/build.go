@@ -33,14 +33,18 @@ type Target struct {
 	Libc        string // "glibc" or "musl"
 	NodeVersion string // the base's NODE_VERSION, "" when it does not say
 	// Base is the base image of the platform, in which install scripts and build.run lines run
-	// (package sandbox); nil where nothing may run in it.
+	// (package sandbox), with the layers of the build.run steps before the work; nil where
+	// nothing may run in it.
 	Base v1.Image
+	// NpmConfig is the configuration of build.run's `npm config set` lines written before the
+	// work: what its npm reads.
+	NpmConfig map[string]string
 }
 
 // runLayers also makes the layer of build.run lines that are not npm commands, run in the base
-// of the platform (Target.Base).
+// of the platform (Target.Base) in /composition, where the components' package files are.
 type runLayers interface {
-	Run(ctx context.Context, lines []string, t Target) (v1.Layer, error)
+	Run(ctx context.Context, lines []string, components []*toa.Component, t Target) (v1.Layer, error)
 }
 
 // maxLayers is about how many layers an image may have in all: past it, neighbouring components
@@ -73,33 +77,36 @@ func groups(components []*toa.Component, n int) [][]*toa.Component {
 	return out
 }
 
-// dependencyImage is the base of one platform plus the global installs and each component's
-// node_modules, configured as Toa's dependencies.Dockerfile configures it.
+// dependencyImage is the base of one platform, the layers of build.run's steps and each
+// component's node_modules, in the order of Toa 289's dependencies.Dockerfile: the lines in the
+// order written (the context's, then the components'), each shell step run in the base with the
+// layers of the steps before it, each npm global install in its place; then the components'
+// dependencies, whose install scripts run in the base with every step's layer under them. The
+// config is 289's: NODE_ENV=production, WorkingDir /composition, the base's USER.
 // created is the time of its config and history: layer.SourceDateEpoch's.
-func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []string, t Target, layers Layers, created v1.Time) (v1.Image, error) {
+func dependencyImage(ctx context.Context, base v1.Image, img *Image, lines []string, t Target, layers Layers, created v1.Time) (v1.Image, error) {
 	var adds []mutate.Addendum
-	global, shell := layer.SplitLines(global)
-	if runner, ok := layers.(runLayers); ok && len(shell) > 0 {
-		l, err := runner.Run(ctx, shell, t)
+	below := base
+	for _, step := range layer.Steps(lines) {
+		at := t
+		at.Base, at.NpmConfig = below, step.Config
+		l, add, err := stepLayer(ctx, step, img, at, layers, created)
 		if err != nil {
 			return nil, err
 		}
-		if l != nil {
-			adds = append(adds, addendum(l, "RUN "+strings.Join(shell, "; "), created))
+		if l == nil {
+			continue
 		}
-	}
-	if len(global) > 0 {
-		l, err := layers.Global(ctx, global, t)
-		if err != nil {
+		adds = append(adds, add)
+		if below, err = mutate.Append(below, add); err != nil {
 			return nil, err
-		}
-		if l != nil {
-			adds = append(adds, addendum(l, "npm i -g "+strings.Join(global, "; "), created))
 		}
 	}
 	budget := dependencyBudget(base, len(adds), len(img.Components))
+	at := t
+	at.Base, at.NpmConfig = below, layer.NpmConfig(lines)
 	for _, c := range img.Components {
-		ls, err := layers.Dependencies(ctx, c, t, budget)
+		ls, err := layers.Dependencies(ctx, c, at, budget)
 		if err != nil {
 			return nil, err // the layer's error says which install, for which platform
 		}
@@ -116,12 +123,32 @@ func dependencyImage(ctx context.Context, base v1.Image, img *Image, global []st
 	cfg = cfg.DeepCopy()
 	cfg.Config.Env = setEnv(cfg.Config.Env, "NODE_ENV", "production")
 	cfg.Config.WorkingDir = "/composition"
-	cfg.Config.User = "" // the runtime starts as root and drops to node itself (Toa 289)
+	// the base's USER stays, as 289's images kept it (FROM the base, no USER of their own)
 	out, err = mutate.ConfigFile(out, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return mutate.CreatedAt(out, created)
+}
+
+// stepLayer is the layer of one build.run step over t.Base, and its place in the image.
+func stepLayer(ctx context.Context, step layer.Step, img *Image, t Target, layers Layers, created v1.Time) (v1.Layer, mutate.Addendum, error) {
+	if len(step.Shell) > 0 {
+		runner, ok := layers.(runLayers)
+		if !ok {
+			return nil, mutate.Addendum{}, fmt.Errorf("build.run `%s`: these layers cannot run lines in the base", step.Shell[0])
+		}
+		l, err := runner.Run(ctx, step.Shell, img.Components, t)
+		if err != nil || l == nil {
+			return nil, mutate.Addendum{}, err
+		}
+		return l, addendum(l, "RUN "+strings.Join(step.Shell, "; "), created), nil
+	}
+	l, err := layers.Global(ctx, step.Global, t)
+	if err != nil || l == nil {
+		return nil, mutate.Addendum{}, err
+	}
+	return l, addendum(l, "npm i -g "+strings.Join(step.Global, "; "), created), nil
 }
 
 // sourcesImage lays the sources layers over one platform's dependencies image and sets the

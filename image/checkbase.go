@@ -200,7 +200,9 @@ func baseWork(b *builder, img *Image) (layer.BaseWork, error) {
 	if err != nil {
 		return work, err
 	}
-	_, work.Shell = layer.SplitLines(lines)
+	work.Steps = layer.Steps(lines)
+	work.Shell = layer.ShellLines(work.Steps)
+	work.Components = img.Components
 	for _, c := range img.Components {
 		names, err := layer.LockedScripts(c)
 		if err != nil {

@@ -24,6 +24,10 @@ type Destination interface {
 	// WriteManifest puts one image manifest and its blobs under ref (a tag or a digest): what
 	// is attached to an image (attach.go).
 	WriteManifest(ctx context.Context, ref string, img v1.Image) (Sent, error)
+	// WriteReferrers puts image manifests that all name one manifest of the repository as their
+	// subject (the documents attached to it) by their digests, with their blobs, so that they
+	// are its referrers.
+	WriteReferrers(ctx context.Context, repository string, referrers []v1.Image) (Sent, error)
 	// Manifest returns the image manifest under ref, or nil when the destination lacks it.
 	Manifest(ctx context.Context, ref string) (v1.Image, error)
 }
@@ -94,6 +98,22 @@ func (d *RegistryDestination) Write(ctx context.Context, ref string, idx v1.Imag
 	bytes, requests := counted.Sent()
 	if err != nil {
 		return Sent{bytes, requests}, registry.Wrap("push "+ref, "", err)
+	}
+	return Sent{bytes, requests}, nil
+}
+
+// Upload puts what the index holds, its images and their blobs, by their digests; Write under
+// the tag afterwards sends only the index.
+func (d *RegistryDestination) Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error) {
+	r, err := d.reg.Reference(repository)
+	if err != nil {
+		return Sent{}, err
+	}
+	counted := d.reg.Counted()
+	err = counted.WriteChildren(ctx, r.Context(), idx)
+	bytes, requests := counted.Sent()
+	if err != nil {
+		return Sent{bytes, requests}, registry.Wrap("push the images of "+repository, "", err)
 	}
 	return Sent{bytes, requests}, nil
 }

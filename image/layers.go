@@ -2,7 +2,6 @@ package image
 
 import (
 	"context"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -19,12 +18,8 @@ type npmLayers struct {
 // configured by the context: the npm registry and proxy it names, the build arguments handed to
 // npm, the context's .npmrc.
 func NewLayers(app *toa.Application, tools layer.Toolchain, opts ...layer.Option) Layers {
-	// `npm config set` lines of registry.build.run configure every install; NewPlan has
-	// refused the lines that cannot run
-	npmLines, _ := layer.SplitLines(strings.Split(app.Registry.Build.Run, "\n"))
-	_, config, _ := layer.ParseRun(strings.Join(npmLines, "\n"))
+	// the `npm config set` lines of build.run configure each image's installs (Target.NpmConfig)
 	base := []layer.Option{
-		layer.WithNpmConfig(config),
 		layer.WithContextRoot(app.Root),
 		layer.WithRegistry(app.Runtime.Registry, app.Runtime.Proxy),
 		layer.WithArguments(app.Registry.Build.Arguments...),
@@ -46,8 +41,8 @@ func (n *npmLayers) Global(ctx context.Context, lines []string, t Target) (v1.La
 }
 
 // Run is the layer of the build.run lines that run in the base, for one platform.
-func (n *npmLayers) Run(ctx context.Context, lines []string, t Target) (v1.Layer, error) {
-	return layer.Run(ctx, lines, platformOf(t), n.with(t)...)
+func (n *npmLayers) Run(ctx context.Context, lines []string, components []*toa.Component, t Target) (v1.Layer, error) {
+	return layer.Run(ctx, lines, components, platformOf(t), n.with(t)...)
 }
 
 // CheckBase says what the runner lacks to do the work of one platform inside its base.
@@ -67,7 +62,7 @@ func (n *npmLayers) InBaseWhateverLibc(ctx context.Context, work layer.BaseWork,
 }
 
 func (n *npmLayers) with(t Target) []layer.Option {
-	opts := append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion))
+	opts := append(append([]layer.Option(nil), n.opts...), layer.WithBaseNode(t.NodeVersion), layer.WithNpmConfig(t.NpmConfig))
 	if t.Base != nil {
 		opts = append(opts, layer.WithBase(t.Base))
 	}

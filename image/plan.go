@@ -39,6 +39,9 @@ type PlanOptions struct {
 	// Compression is how the layers toa-push makes are compressed: a dependencies image of zstd
 	// layers is another image than one of gzip layers, under another tag. "" is gzip.
 	Compression layer.Compression
+	// ScriptsOnRunner: the install scripts of a target that is the runner's own run on the
+	// runner (layer.WithScriptsOnRunner), which makes other images than the sandbox's.
+	ScriptsOnRunner bool
 }
 
 // Plan is every image a push of the application makes. It is made whole by NewPlan and cannot be
@@ -271,7 +274,7 @@ func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]st
 		return err
 	}
 	img.Platforms = platforms
-	hash, err := depsHash(app, img, base, opts.Toolchain, opts.Compression)
+	hash, err := depsHash(app, img, base, opts)
 	if err != nil {
 		return err
 	}
@@ -301,7 +304,8 @@ func imageVersion(components []*toa.Component, depsVersion string) string {
 
 // depsHash covers everything the install reads: Toa 289's inputs with the base's name replaced by
 // the digests of the platforms built, and the runner's node and npm versions.
-func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchain, compression layer.Compression) (string, error) {
+func depsHash(app *toa.Application, img *Image, base *Base, opts PlanOptions) (string, error) {
+	tools, compression := opts.Toolchain, opts.Compression
 	h := sha256.New()
 	// the base's name held no place here but its own: its digests (Pairs) are the input, so that
 	// a retag or a mirror of the same base keeps the tags; the empty field keeps every tag of a
@@ -316,6 +320,12 @@ func depsHash(app *toa.Application, img *Image, base *Base, tools layer.Toolchai
 	// blobs, and a push with --compression zstd must not take the gzip image for its own
 	if compression != "" && compression != layer.Gzip {
 		inputs = append(inputs, "layers compressed with "+string(compression))
+	}
+	// since 2026-12 every install script and build.run line runs in the base, in the order of
+	// 289's Dockerfile: images made before are not these
+	inputs = append(inputs, "built in the base in 289's order")
+	if opts.ScriptsOnRunner {
+		inputs = append(inputs, "install scripts on the runner")
 	}
 	for _, in := range inputs {
 		io.WriteString(h, in)

@@ -17,6 +17,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -252,10 +253,39 @@ func (b *builder) build(ctx context.Context, img *Image, pushed *Pushed) error {
 	if err != nil {
 		return err
 	}
-	if err := b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, &sent); err != nil {
+	if err := b.attachAndUpload(ctx, img, idx, images, deps, pushed, &sent); err != nil {
 		return err
 	}
 	return b.publish(ctx, img, idx, pushed, &sent)
+}
+
+// uploader is a destination that can put what an index holds by their digests, before the index
+// goes under its tag (RegistryDestination): what is attached to it then goes up beside it.
+type uploader interface {
+	Upload(ctx context.Context, repository string, idx v1.ImageIndex) (Sent, error)
+}
+
+// attachAndUpload attaches the documents to an image just built and, where the destination can,
+// sends the image by its digest at the same time: the referrers name digests, which exist before
+// anything is sent, and only the tag (publish) must wait for both. A code change's attachments
+// cost their own round trips beside the image's, not after them.
+func (b *builder) attachAndUpload(ctx context.Context, img *Image, idx v1.ImageIndex, images []v1.Image, deps *depsImages, pushed *Pushed, sent *Sent) error {
+	up, ok := b.opts.Destination.(uploader)
+	if !ok || b.opts.Attach == nil {
+		return b.attach(ctx, img, idx, images, deps.images, deps.targets, pushed, sent)
+	}
+	var attached, uploaded Sent
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.attach(gctx, img, idx, images, deps.images, deps.targets, pushed, &attached) })
+	g.Go(func() error {
+		s, err := up.Upload(gctx, img.Repository, idx)
+		uploaded = s
+		return err
+	})
+	err := g.Wait()
+	sent.add(attached)
+	sent.add(uploaded)
+	return err
 }
 
 // publish writes an image's index under its tag, and records its digest.
@@ -553,7 +583,7 @@ func (b *builder) lookForLibc(ctx context.Context, t Target, digest string, work
 		}
 	}
 	if !ok {
-		if libc, err = findLibc(t.Base); err != nil {
+		if libc, err = findLibc(ctx, t.Base); err != nil {
 			return "", err
 		}
 	}
@@ -563,46 +593,33 @@ func (b *builder) lookForLibc(ctx context.Context, t Target, digest string, work
 	return libc, nil
 }
 
-func findLibc(img v1.Image) (string, error) {
-	layers, err := img.Layers()
+// findLibc looks through the base's layers, the lowest first, for musl's loader where
+// layer.UnpackBase looks for it in an unpacked root, so that both say the same of one base. What
+// it found is believed only once each layer it read was read to its end and checked against its
+// digest and the diff ID the base's config names (sandbox.EachLayer): neither a registry that
+// served other bytes nor a base whose layers are not those of its config decides the libc kept
+// in the cache.
+func findLibc(ctx context.Context, img v1.Image) (string, error) {
+	libc := "glibc"
+	err := sandbox.EachLayer(ctx, img, func(_ int, tr *tar.Reader) error {
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if layer.IsMuslLoader(h.Name) {
+				libc = "musl"
+				return sandbox.ErrSkipRest
+			}
+		}
+	})
 	if err != nil {
 		return "", err
 	}
-	for _, l := range layers {
-		found, err := holdsMusl(l)
-		if err != nil {
-			return "", err
-		}
-		if found {
-			return "musl", nil
-		}
-	}
-	return "glibc", nil
-}
-
-// holdsMusl is whether the layer holds musl's loader where layer.UnpackBase looks for it in
-// an unpacked root, so that both say the same of one base.
-func holdsMusl(l v1.Layer) (bool, error) {
-	rc, err := l.Uncompressed()
-	if err != nil {
-		return false, err
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return false, registry.ReadWhole(rc)
-		}
-		if err != nil {
-			return false, err
-		}
-		if layer.IsMuslLoader(h.Name) {
-			// believed only once the whole layer is read and its digest checked: a registry
-			// that served another layer under this digest must not decide the libc
-			return true, registry.ReadWhole(rc)
-		}
-	}
+	return libc, nil
 }
 
 // globalLines are the `npm i -g` lines of registry.build.run and the components' build.run.

@@ -155,7 +155,7 @@ func (b *builder) buildService(ctx context.Context, img *Image, pushed *Pushed) 
 		cfg = cfg.DeepCopy()
 		cfg.Config.Env = setEnv(cfg.Config.Env, "NODE_ENV", "production")
 		cfg.Config.WorkingDir = "/" + ServiceFolder
-		cfg.Config.User = "" // the runtime starts as root and drops to node itself (Toa 289)
+		// the base's USER stays, as 289's service Dockerfile, which sets none, kept it
 		cfg.Config.Cmd = []string{"toa", "serve", "."}
 		if out, err = mutate.ConfigFile(out, cfg); err != nil {
 			return err

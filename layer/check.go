@@ -15,7 +15,11 @@ import (
 // BaseWork is what the build of a platform will do inside its base, as it is known before
 // anything is installed.
 type BaseWork struct {
-	Shell []string // build.run lines that run in the base (SplitLines' shell)
+	Shell []string // build.run lines that run in the base (ShellLines of Steps)
+	// Steps are build.run's steps in order, and Components the image's components, whose
+	// package files the lines see: what the cache key of the lines' layer holds
+	Steps      []Step
+	Components []*toa.Component
 	// Scripts are the packages whose lockfile entries say they have install scripts
 	// (LockedScripts), which run in the base when npm cannot run them on the runner.
 	Scripts []string
@@ -35,11 +39,11 @@ func CheckBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) e
 	var what string
 	shell := false
 	if len(work.Shell) > 0 {
-		k, _, err := o.runKey(work.Shell, p, false)
+		cached, err := o.runCached(work, p)
 		if err != nil {
 			return err
 		}
-		if shell = o.lookup("run", k) == nil; shell {
+		if shell = !cached; shell {
 			what = fmt.Sprintf("`%s`", work.Shell[0])
 		}
 	}
@@ -79,7 +83,7 @@ func CheckRunner(ctx context.Context, work BaseWork, p Platform, opts ...Option)
 		return err
 	}
 	if len(work.Shell) > 0 {
-		cached, err := o.runCachedWhateverLibc(work.Shell, p)
+		cached, err := o.runCachedWhateverLibc(work, p)
 		if err != nil {
 			return err
 		}
@@ -223,16 +227,30 @@ func UnpackBase(ctx context.Context, work BaseWork, p Platform, opts ...Option) 
 
 // runCachedWhateverLibc says whether the cache holds the layer of lines for p under one libc or
 // the other: when it does not, they run in the base whichever it is.
-func (o *options) runCachedWhateverLibc(lines []string, p Platform) (bool, error) {
+func (o *options) runCachedWhateverLibc(work BaseWork, p Platform) (bool, error) {
 	for _, libc := range []string{"glibc", "musl"} {
 		p.Libc = libc
-		k, _, err := o.runKey(lines, p, false)
-		if err != nil {
-			return false, err
-		}
-		if o.lookup("run", k) != nil {
-			return true, nil
+		if cached, err := o.runCached(work, p); err != nil || cached {
+			return cached, err
 		}
 	}
 	return false, nil
+}
+
+// runCached says whether the cache holds the layers of every shell step of work for p: known
+// before anything runs only for lines that are build.run's one step (a step after another lays
+// its layer over that one's, which the key takes).
+func (o *options) runCached(work BaseWork, p Platform) (bool, error) {
+	if len(work.Steps) != 1 || len(work.Steps[0].Shell) == 0 {
+		return false, nil
+	}
+	files, err := packageFiles(work.Components)
+	if err != nil {
+		return false, err
+	}
+	k, err := o.runKey(work.Steps[0].Shell, files, work.Steps[0].Config, p, false)
+	if err != nil {
+		return false, err
+	}
+	return o.lookup("run", k) != nil, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -110,6 +113,10 @@ func lockfileOf(c *toa.Component) string {
 	return c.PackageLock
 }
 
+// LockfileOf is lockfileOf for the readers of what an install read (attest's SBOM and
+// provenance), so that they name the lockfile npm chose.
+func LockfileOf(c *toa.Component) string { return lockfileOf(c) }
+
 func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
 	d := &depsInputs{pkgData: pkgData, lockPath: lockfileOf(c)}
 	var err error
@@ -147,6 +154,7 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 	// the component's own path under the staging root, so that relative `file:` paths find
 	// their mirrors there
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
+	target := "/" + Root + "/" + c.Locator.Label
 	var tree *treeSpec
 	if d.lockPath != "" && installableOver(d.lockData) {
 		tree = &treeSpec{lockData: d.lockData}
@@ -170,7 +178,20 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 		modules:    func(staging string) string { return filepath.Join(dirIn(staging), "node_modules") },
 		native:     func(natives []nativePackage) error { return nativeError(c.PackageJSON, "", in, natives) },
 		installDir: dirIn,
-		target:     "/" + Root + "/" + c.Locator.Label,
+		target:     target,
+		// node_modules where the image has it, the package files read-only beside it, as 289's
+		// `npm i` in /composition/<label> found them; not the staging folder's .npmrc
+		installBinds: func(staging string) []sandbox.Bind {
+			dir := dirIn(staging)
+			binds := []sandbox.Bind{{Source: filepath.Join(dir, "node_modules"), Target: target + "/node_modules"}}
+			for _, name := range []string{"package.json", filepath.Base(d.lockPath)} {
+				if name != "." && fileExists(filepath.Join(dir, name)) {
+					binds = append(binds, sandbox.Bind{Source: filepath.Join(dir, name), Target: target + "/" + name, ReadOnly: true})
+				}
+			}
+			return binds
+		},
+		scripted: d.lockPath == "" || hasScripts(d.lockData),
 		fill: func(staging string, w *tarWriter) error {
 			modules := filepath.Join(dirIn(staging), "node_modules")
 			dst := Root + "/" + c.Locator.Label + "/node_modules"
@@ -288,35 +309,99 @@ func sweep(dir, prefix string) {
 			continue
 		}
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > 24*time.Hour {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			fsys.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
 }
 
-// mirror links each local dependency at its own absolute path under the staging root, where
-// the component's relative paths lead from the component's folder mirrored there.
+// mirror copies each local dependency (a `file:` folder or tarball, a workspace) to its own
+// absolute path under the staging root, where the component's relative paths lead from the
+// component's folder mirrored there. A copy, as 289's COPY of the build context was, and not a
+// link: npm installs a linked folder's own dependencies into it, and nothing of the install may
+// write into the user's checkout. A folder's node_modules and .git are not copied (npm pack
+// leaves them out too).
 func mirror(staging, dir string, locals []string) error {
 	var done []string
-	for _, target := range locals { // sorted: a folder comes before what is in it
+	for _, source := range locals { // sorted: a folder comes before what is in it
 		covered := false
 		for _, d := range done {
-			if strings.HasPrefix(target, d+string(filepath.Separator)) {
+			if strings.HasPrefix(source, d+string(filepath.Separator)) {
 				covered = true
 			}
 		}
-		link := filepath.Join(staging, target)
-		if covered || link == dir || strings.HasPrefix(dir, link+string(filepath.Separator)) {
+		copied := filepath.Join(staging, source)
+		if covered || copied == dir || strings.HasPrefix(dir, copied+string(filepath.Separator)) {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-			return err
+		if err := copyLocal(source, copied); err != nil {
+			return fmt.Errorf("copy the local package %s for the install: %w", source, err)
 		}
-		if err := os.Symlink(target, link); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		done = append(done, target)
+		done = append(done, source)
 	}
 	return nil
+}
+
+// maxLocalCopy bounds what one local package's copy may hold.
+const maxLocalCopy = 1 << 30
+
+// copyLocal copies the folder or file at source to target: folders, regular files (each within
+// the bound of a tarball) and links as links; anything else (a FIFO, a device) is left out.
+func copyLocal(source, target string) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	var total int64
+	return filepath.WalkDir(source, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(source, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(target, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if p != source && (d.Name() == "node_modules" || d.Name() == ".git") {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(to, 0o755)
+		case info.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, to)
+		case info.Mode().IsRegular():
+			if total += info.Size(); total > maxLocalCopy {
+				return fmt.Errorf("it holds over %d MiB", maxLocalCopy>>20)
+			}
+			return copyRegular(p, to, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+// copyRegular copies one regular file, opened without following a link or waiting on a pipe.
+func copyRegular(from, to string, perm fs.FileMode) error {
+	in, err := fsys.Open(from, fsys.MaxTarballSize)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm|0o200)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, io.LimitReader(in, fsys.MaxTarballSize+1)); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // hashLocal is a hash of a local dependency's files, folder or tarball (toa.HashLocalPackage).

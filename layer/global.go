@@ -333,7 +333,8 @@ func Global(ctx context.Context, lines []string, p Platform, opts ...Option) (v1
 		installBinds: func(staging string) []sandbox.Bind {
 			return globalBinds(filepath.Join(prefixIn(staging), "lib", "node_modules"))
 		},
-		native: func(natives []nativePackage) error { return nativeError("", "registry.build.run", in, natives) },
+		native:   func(natives []nativePackage) error { return nativeError("", "registry.build.run", in, natives) },
+		scripted: true, // no lockfile says otherwise
 		fill: func(staging string, w *tarWriter) error {
 			prefix := prefixIn(staging)
 			if bin := filepath.Join(prefix, "bin"); fileExists(bin) {

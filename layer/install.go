@@ -3,7 +3,6 @@ package layer
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -40,9 +39,13 @@ type job struct {
 	// (WithBase). nil for installs that keep the refusal of native code.
 	installDir func(staging string) string
 	target     string
-	// installBinds, when set, are what is bound in the base instead of installDir at target
-	// (Global's packages, each at its place in the base's global prefix).
+	// installBinds are what is bound in the base for the scripts: the installed packages at
+	// their place in the image (a component's node_modules and its package files; Global's
+	// packages, each at its place in the base's global prefix)
 	installBinds func(staging string) []sandbox.Bind
+	// scripted: the install may have scripts to run in the base (a lockfile that says so, or
+	// none to say): its layer's key then holds the layers of the base they run on
+	scripted bool
 	// fill writes the layer from the staging folder.
 	fill func(staging string, w *tarWriter) error
 	// parts, when set, lay the staging folder out as several layers instead of fill's one
@@ -69,12 +72,15 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	j.key.field("ignore scripts", fmt.Sprint(in.skipScripts()))
 	in.key(j.key, o)
 	inBase := o.base != nil && j.installDir != nil && in.skipScripts()
-	if inBase {
-		digest, err := o.base.ConfigName()
+	if inBase && j.scripted {
+		// the scripts run on top of the base and of what build.run made there: its layers'
+		// digests, never a name or a config a hostile base could share with another
+		chain, err := sandbox.ChainID(o.base)
 		if err != nil {
-			return nil, fmt.Errorf("read the config digest of the base for %s: %w", in.platform, err)
+			return nil, fmt.Errorf("read the layers of the base for %s: %w", in.platform, err)
 		}
-		j.key.field("scripts run in the base", digest.String())
+		j.key.field("scripts run in the base", chain.String())
+		o.envKey(j.key, o.npmConfig)
 	}
 	k := j.key.String()
 	if j.cacheable {
@@ -86,7 +92,7 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(staging)
+	defer fsys.RemoveAll(staging)
 	dir, args, err := j.stage(staging)
 	if err != nil {
 		return nil, err
@@ -117,13 +123,16 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 		}
 		return nil, fmt.Errorf("install %s for %s: npm %s: %w\n%s", j.what, in.platform, args[0], err, indent(out))
 	}
+	if err := refuseGitPrepare(j.modules(staging), j.what); err != nil {
+		return nil, err
+	}
 	ranInBase := false
 	if inBase {
 		if ranInBase, err = o.scriptsInBase(ctx, in, j, staging, changed, reused); err != nil {
 			return nil, err
 		}
 	}
-	if !ranInBase && (in.foreign || in.otherNode) {
+	if !ranInBase && in.skipScripts() {
 		natives, err := findNative(j.modules(staging), in)
 		if err != nil {
 			return nil, err
@@ -169,11 +178,7 @@ func (o *options) installOverKept(ctx context.Context, j job, treeKey, staging, 
 // packages' scripts ran in the same base when it was installed.
 func (o *options) scriptsInBase(ctx context.Context, in *install, j job, staging string, changed map[string]bool, reused bool) (bool, error) {
 	modules := j.modules(staging)
-	var binds []sandbox.Bind
-	if j.installBinds != nil {
-		binds = j.installBinds(staging)
-	}
-	ran, err := o.rebuildInBase(ctx, in, j.what, j.npmrc, modules, j.installDir(staging), j.target, onlyPaths(changed), binds...)
+	ran, err := o.rebuildInBase(ctx, in, j.what, j.npmrc, modules, j.installDir(staging), j.target, onlyPaths(changed), j.installBinds(staging))
 	if err != nil || ran || !reused {
 		return ran, err
 	}

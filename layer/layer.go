@@ -51,6 +51,10 @@ type options struct {
 	npmRebuild  bool        // the scripts in the base run by `npm rebuild`, even where runscript.js can (tests)
 	prefetched  *baseFuture // the base being unpacked while npm installs (prefetchBase)
 	holds       *fsys.Holds // the unpacked bases in use, which other runs' prunes leave (WithHolds)
+	// scriptsOnRunner runs the install scripts of a target that is the runner's own platform on
+	// the runner, as npm does (WithScriptsOnRunner); by default every script runs in the base
+	scriptsOnRunner bool
+	scriptNetwork   string // "" (the runner's network) or "none" (WithScriptNetwork)
 }
 
 // WithCacheDir sets the cache's root folder. Default: $TOA_CACHE, else $HOME/.cache/toa-deploy.
@@ -112,6 +116,17 @@ func WithNpmConfig(config map[string]string) Option {
 		}
 	}
 }
+
+// WithScriptsOnRunner runs the install scripts of a target that is the runner's own platform, libc
+// and Node major with npm on the runner, as toa-push did before 2026-12: they can read the
+// runner's files (its credentials, the signing key) and what they write goes into the image. The
+// default runs every install script inside the target's base, whatever the target.
+func WithScriptsOnRunner() Option { return func(o *options) { o.scriptsOnRunner = true } }
+
+// WithScriptNetwork sets the network of build.run lines and install scripts in the base: "" (the
+// runner's, so that packages download their prebuilt binaries) or "none" (loopback only, as
+// BuildKit's RUN --network=none).
+func WithScriptNetwork(network string) Option { return func(o *options) { o.scriptNetwork = network } }
 
 // WithHolds holds every base unpacked for the work with holds (fsys.Holds), until the caller
 // releases them: another run that prunes the cache meanwhile leaves them.

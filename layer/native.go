@@ -188,6 +188,8 @@ func contains(list []string, s string) bool {
 func nativeError(file, key string, in *install, natives []nativePackage) error {
 	var why string
 	switch {
+	case in.native():
+		why = fmt.Sprintf("for %s: its base has no /bin/sh and npm to run install scripts in, and toa-push runs none on the runner", in.platform)
 	case in.foreign && in.otherNode:
 		why = fmt.Sprintf("for %s with Node %s on this runner (%s)", in.platform, major(in.baseNode), in.runner)
 	case in.foreign:

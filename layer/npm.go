@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -171,6 +172,9 @@ type install struct {
 	// code built for the wrong ABI and scripts run by the wrong Node.
 	otherNode bool
 	baseNode  string // the base's Node version, or the runner's
+	// scriptsOnRunner: npm runs the install scripts of a native target on the runner
+	// (WithScriptsOnRunner); otherwise never
+	scriptsOnRunner bool
 }
 
 func (o *options) newInstall(ctx context.Context, p Platform) (*install, error) {
@@ -182,7 +186,7 @@ func (o *options) newInstall(ctx context.Context, p Platform) (*install, error) 
 	if err != nil {
 		return nil, err
 	}
-	in := &install{platform: p, cpu: cpu, runner: r, baseNode: r.Node}
+	in := &install{platform: p, cpu: cpu, runner: r, baseNode: r.Node, scriptsOnRunner: o.scriptsOnRunner}
 	in.foreign = r.OS != p.OS || r.CPU != cpu || r.Libc != p.Libc
 	if o.baseNode != "" {
 		in.baseNode = strings.TrimPrefix(o.baseNode, "v")
@@ -191,8 +195,12 @@ func (o *options) newInstall(ctx context.Context, p Platform) (*install, error) 
 	return in, nil
 }
 
-// skipScripts is true when npm runs with --ignore-scripts.
-func (in *install) skipScripts() bool { return in.foreign || in.otherNode }
+// skipScripts is true when npm runs with --ignore-scripts: always, but for a native target with
+// WithScriptsOnRunner. The scripts npm skips run in the base (rebuildInBase).
+func (in *install) skipScripts() bool { return in.foreign || in.otherNode || !in.scriptsOnRunner }
+
+// native is true when the target is the runner's own platform, libc and Node major.
+func (in *install) native() bool { return !in.foreign && !in.otherNode }
 
 // args are the flags every install for the platform gets. npmrc is the project configuration the
 // install reads.
@@ -332,6 +340,11 @@ func (o *options) runNpm(ctx context.Context, dir string, args ...string) (strin
 	cmd := exec.CommandContext(ctx, npm, args...)
 	cmd.Dir = dir
 	cmd.Env = environment()
+	if slices.Contains(args, "--ignore-scripts") {
+		// also for the npm that pacote starts in the clone of a git dependency to prepare it,
+		// which inherits the environment and not the flag
+		cmd.Env = append(cmd.Env, "npm_config_ignore_scripts=true")
+	}
 	out := &tail{max: 256 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = 10 * time.Second

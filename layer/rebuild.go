@@ -15,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 )
 
@@ -131,21 +132,21 @@ func describe(pkgs []scriptPackage) string {
 	return strings.Join(lines, "\n    ")
 }
 
-// rebuildInBase runs, inside the platform's base, the install scripts npm on the runner skipped,
-// of the packages the runner's npm would have run them for (its allowScripts policy,
-// allowedScripts): through the base npm's own @npmcli/run-script (runscript.js) with the base's
-// node, or `npm rebuild <packages>` for another npm layout (scriptsCommand), the install folder
-// bound at its path in the image (target) and npm's cache bound in, so that what the scripts
-// build lands in the tree the layer is written from.
+// rebuildInBase runs, inside the platform's base (WithBase: the base with the layers of the
+// build.run lines below), the install scripts npm on the runner skipped, of the packages the
+// runner's npm would have run them for (its allowScripts policy, allowedScripts): through the
+// base npm's own @npmcli/run-script (runscript.js) with the base's node, or `npm rebuild
+// <packages>` for another npm layout (scriptsCommand). binds put the installed packages at their
+// place in the image (a component's node_modules at target/node_modules with its package files
+// read-only beside it; the global packages each at its place in the base's prefix), so that what
+// the scripts build lands in the tree the layer is written from. Nothing else of the runner's is
+// there: not the staging folder's .npmrc, not npm's cache (buildEnv).
 //
 // It reports whether the scripts were dealt with: not when there are none, or when the base has
-// no shell and npm to run them (a warning names the packages then, and native code is refused as
-// without a base); yes when they ran, or npm's configuration or policy turned them all off (a
-// warning names them).
-// installBinds, when given, are bound instead of dir at target: the global packages, each at its
-// place in the base's prefix, which stays the base's (its npm is there). only, when set, keeps the
-// packages (by install path under modules) whose scripts run.
-func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, only func(rel string) bool, installBinds ...sandbox.Bind) (bool, error) {
+// no shell and npm to run them (a warning names the packages then, and native code is refused);
+// yes when they ran, or npm's configuration or policy turned them all off (a warning names
+// them). only, when set, keeps the packages (by install path under modules) whose scripts run.
+func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, modules, dir, target string, only func(rel string) bool, binds []sandbox.Bind) (bool, error) {
 	pkgs, err := findScripts(modules)
 	pkgs = onlyThese(pkgs, only)
 	if err != nil || len(pkgs) == 0 {
@@ -180,25 +181,20 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 			len(pkgs), what, in.platform, describe(pkgs)))
 		return false, nil
 	}
-	args, binds, cleanup, err := o.scriptsCommand(root, modules, dir, target, pkgs)
+	args, planBinds, cleanup, err := o.scriptsCommand(root, modules, dir, target, pkgs)
 	if err != nil {
 		return false, err
 	}
 	defer cleanup()
-	env := baseEnv(cfg, root)
-	env = append(env, "npm_config_cache=/toa-npm-cache", "NODE_ENV=production")
 	upper, err := os.MkdirTemp(filepath.Dir(dir), "upper-")
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(upper)
-	if err := os.MkdirAll(o.npmCache, 0o755); err != nil {
-		return false, err
-	}
+	defer fsys.RemoveAll(upper)
 	var out bytes.Buffer
-	err = sandbox.Run(ctx, sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
-		Args: args, Env: env, Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: append(append(binds, orBinds(installBinds, dir, target)...), sandbox.Bind{Source: o.npmCache, Target: "/toa-npm-cache"}), Notice: o.warn})
+	err = sandbox.Run(ctx, o.sandboxCommand(sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
+		Args: args, Env: o.buildEnv(cfg, root, o.npmConfig), Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
+		Binds: append(planBinds, binds...)}, "the install scripts of "+scriptNames(pkgs)))
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
 		runner := "npm rebuild"
@@ -208,15 +204,19 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: %s: exit status %d\n    %s\n%s",
 			what, in.platform, runner, exit.Code, describe(pkgs), indent(out.String()))
 	}
-	return err == nil, err
+	if err != nil {
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base (%s): %w", what, in.platform, scriptNames(pkgs), err)
+	}
+	return true, nil
 }
 
-// orBinds are binds, or dir bound at target.
-func orBinds(binds []sandbox.Bind, dir, target string) []sandbox.Bind {
-	if len(binds) > 0 {
-		return binds
+// scriptNames are the packages' name@version, joined.
+func scriptNames(pkgs []scriptPackage) string {
+	list := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		list[i] = p.Name + "@" + p.Version
 	}
-	return []sandbox.Bind{{Source: dir, Target: target}}
+	return strings.Join(list, ", ")
 }
 
 // scriptsCommand is what runs the packages' scripts in the base: runscript.js with the base's
@@ -246,7 +246,7 @@ func (o *options) scriptsCommand(root, modules, dir, target string, pkgs []scrip
 	}
 	args = []string{"node", path.Join(runScriptsDir, "run.js"), path.Join(runScriptsDir, "plan.json")}
 	binds = []sandbox.Bind{{Source: folder, Target: runScriptsDir, ReadOnly: true}}
-	return args, binds, func() { os.RemoveAll(folder) }, nil
+	return args, binds, func() { fsys.RemoveAll(folder) }, nil
 }
 
 type unpackedBase struct {
@@ -278,16 +278,16 @@ func (o *options) warnScriptsSkipped(in *install, what, modules string) error {
 	return nil
 }
 
-// installScriptLine is how a lockfile says a package has install scripts.
-var installScriptLine = regexp.MustCompile(`"hasInstallScript"\s*:\s*true`)
-
 // prefetchBase starts unpacking the base (cold: seconds) while the runner's npm installs, when
-// the install's lockfile in dir says a package has install scripts, so that they can start in
-// the base as soon as npm is done; baseRoot takes it. It returns what stops the unpacking when
-// nothing took it: a run that fails leaves no half-unpacked base.
+// the install's lockfile in dir says a package has install scripts (hasScripts), so that they
+// can start in the base as soon as npm is done; baseRoot takes it. It returns what stops the
+// unpacking when nothing took it: a run that fails leaves no half-unpacked base.
 func (o *options) prefetchBase(ctx context.Context, dir string) (stop func()) {
-	lock := readOptional(filepath.Join(dir, "npm-shrinkwrap.json")) + readOptional(filepath.Join(dir, "package-lock.json"))
-	if !installScriptLine.MatchString(lock) {
+	lock := readOptional(filepath.Join(dir, "npm-shrinkwrap.json"))
+	if lock == "" {
+		lock = readOptional(filepath.Join(dir, "package-lock.json"))
+	}
+	if !hasScripts([]byte(lock)) {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -338,31 +338,6 @@ func (o *options) unpackBase(ctx context.Context) (string, *v1.ConfigFile, error
 		return "", nil, err
 	}
 	return root, cfg, nil
-}
-
-// baseEnv is the environment of a command in the base: the base's own (PATH, NODE_VERSION...),
-// HOME, and where node-gyp finds the headers of the base's node without a download.
-func baseEnv(cfg *v1.ConfigFile, root string) []string {
-	env := []string{"HOME=/root"}
-	hasPath := false
-	for _, kv := range cfg.Config.Env {
-		if strings.HasPrefix(kv, "PATH=") {
-			hasPath = true
-		}
-		if !strings.HasPrefix(kv, "HOME=") {
-			env = append(env, kv)
-		}
-	}
-	if !hasPath {
-		env = append(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	}
-	for _, prefix := range []string{"/usr/local", "/usr"} {
-		if fileExists(filepath.Join(root, prefix, "include", "node", "node.h")) {
-			env = append(env, "npm_config_nodedir="+prefix)
-			break
-		}
-	}
-	return env
 }
 
 func platformName(p Platform) string {

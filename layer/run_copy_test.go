@@ -54,7 +54,7 @@ func TestRunWithoutOverlay(t *testing.T) {
 		}
 		var warnings collect
 		start := time.Now()
-		l, err := Run(t.Context(), copyLines, p, WithCacheDir(cache), WithBase(base), WithWarnings(warnings.warn))
+		l, err := Run(t.Context(), copyLines, nil, p, WithCacheDir(cache), WithBase(base), WithWarnings(warnings.warn))
 		if err != nil {
 			t.Fatalf("no overlay %v: %v", noOverlay, err)
 		}

@@ -33,7 +33,7 @@ func TestRunInBase(t *testing.T) {
 	lines := []string{"echo test > /etc/toa-run-test", "rm /etc/debian_version", `echo "$TOA_TEST_ARGUMENT ${TOA_SIGN_KEY:-none}" > /etc/toa-run-env`}
 	cache := t.TempDir()
 	p := Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"}
-	l, err := Run(t.Context(), lines, p, WithCacheDir(cache), WithBase(base), WithArguments("TOA_TEST_ARGUMENT"))
+	l, err := Run(t.Context(), lines, nil, p, WithCacheDir(cache), WithBase(base), WithArguments("TOA_TEST_ARGUMENT"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestRunInBase(t *testing.T) {
 		}
 	}
 	start = time.Now()
-	again, err := Run(t.Context(), lines, p, WithCacheDir(cache), WithBase(base), WithArguments("TOA_TEST_ARGUMENT"))
+	again, err := Run(t.Context(), lines, nil, p, WithCacheDir(cache), WithBase(base), WithArguments("TOA_TEST_ARGUMENT"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestRunInBase(t *testing.T) {
 }
 
 func TestRunWithoutShell(t *testing.T) {
-	_, err := Run(t.Context(), []string{"echo test"}, Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"},
+	_, err := Run(t.Context(), []string{"echo test"}, nil, Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"},
 		WithCacheDir(t.TempDir()), WithBase(mutateEmpty(t)))
 	var input *fault.Input
 	if !errors.As(err, &input) || !errors.Is(err, ErrNoShell) {
@@ -102,15 +102,15 @@ func TestCheckRunnerRunCached(t *testing.T) {
 	base := debianbase.Image(t, "arm64")
 	cache := t.TempDir()
 	lines := []string{"echo test > /etc/toa-run-test"}
-	if _, err := Run(t.Context(), lines, Platform{OS: "linux", Architecture: "arm64", Libc: "glibc"}, WithCacheDir(cache), WithBase(base)); err != nil {
+	if _, err := Run(t.Context(), lines, nil, Platform{OS: "linux", Architecture: "arm64", Libc: "glibc"}, WithCacheDir(cache), WithBase(base)); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(sandbox.BinfmtEnv, t.TempDir()) // no emulator from here on
 	p := Platform{OS: "linux", Architecture: "arm64"}
-	if err := CheckRunner(t.Context(), BaseWork{Shell: lines}, p, WithCacheDir(cache), WithBase(base)); err != nil {
+	if err := CheckRunner(t.Context(), BaseWork{Shell: lines, Steps: Steps(lines)}, p, WithCacheDir(cache), WithBase(base)); err != nil {
 		t.Errorf("the cached lines: %v", err)
 	}
-	err := CheckRunner(t.Context(), BaseWork{Shell: []string{"echo other > /etc/toa-run-test"}}, p, WithCacheDir(cache), WithBase(base))
+	err := CheckRunner(t.Context(), BaseWork{Shell: []string{"echo other > /etc/toa-run-test"}, Steps: Steps([]string{"echo other > /etc/toa-run-test"})}, p, WithCacheDir(cache), WithBase(base))
 	var runner *sandbox.RunnerError
 	if !errors.As(err, &runner) || !strings.Contains(err.Error(), "`echo other > /etc/toa-run-test`: cannot build for linux/arm64 inside its base on this runner: no emulator for arm64") {
 		t.Errorf("lines not cached: %v, want the emulator refusal naming the line", err)

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+
+	"github.com/toa-deploy/toa-deploy/fsys"
 )
 
 // runScriptJS runs the install scripts inside the base through the base npm's own
@@ -199,7 +201,7 @@ func writeScriptPlan(parent string, plan scriptPlan) (string, error) {
 		err = os.WriteFile(filepath.Join(dir, "run.js"), runScriptJS, 0o644)
 	}
 	if err != nil {
-		return "", errors.Join(err, os.RemoveAll(dir))
+		return "", errors.Join(err, fsys.RemoveAll(dir))
 	}
 	return dir, nil
 }

@@ -34,6 +34,9 @@ type treeSpec struct {
 // named before npm ran over it.
 type keptTree struct {
 	before map[string]lockEntry
+	// scripted are the install paths ("a/node_modules/b") of its packages with install scripts,
+	// which ran when it was installed: what they did stays in the tree
+	scripted map[string]bool
 }
 
 // treeRecord is what a kept tree's folder holds besides node_modules: a digest of the tree as
@@ -56,26 +59,35 @@ func (o *options) takeTree(key, staging, modules string) *keptTree {
 	data, ok := fsys.Trees.Read(filepath.Join(held, treeRecordName))
 	var r treeRecord
 	if !ok || json.Unmarshal(data, &r) != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
 	kept := filepath.Join(held, "node_modules")
 	if digest, _, err := treeDigest(kept); err != nil || digest != r.Digest {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		o.warn(fmt.Sprintf("the node_modules kept in the cache %s changed since it was kept: it is not used, and npm installs anew", fsys.Trees.Dir(o.cacheRoot)))
 		return nil
 	}
 	before, err := readLock(filepath.Join(kept, ".package-lock.json"))
 	if err != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
 	if err := os.Rename(kept, modules); err != nil {
-		os.RemoveAll(held)
+		fsys.RemoveAll(held)
 		return nil
 	}
-	os.RemoveAll(held)
-	return &keptTree{before: before}
+	fsys.RemoveAll(held)
+	scripted := map[string]bool{}
+	pkgs, err := findScripts(modules)
+	if err != nil {
+		fsys.RemoveAll(modules)
+		return nil
+	}
+	for _, p := range pkgs {
+		scripted[p.Path] = true
+	}
+	return &keptTree{before: before, scripted: scripted}
 }
 
 // keepTree puts the tree at modules back in the cache under key, whole or not at all: it is
@@ -127,13 +139,32 @@ func (o *options) installOver(ctx context.Context, kept *keptTree, spec *treeSpe
 	if err == nil {
 		changed, err = checkTree(modules, spec.lockData, kept.before)
 	}
+	if err == nil {
+		err = kept.scriptsStay(modules, changed)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
-			os.RemoveAll(modules)
+			fsys.RemoveAll(modules)
 		}
 		return nil, out, false
 	}
 	return changed, out, true
+}
+
+// scriptsStay fails when npm removed or changed a package of the kept tree whose install scripts
+// ran: what a script did outside its own folder (to a sibling, to node_modules/.bin) stays in the
+// tree after its package is gone or replaced, where npm ci would start from nothing. The install
+// is then npm ci's.
+func (k *keptTree) scriptsStay(modules string, changed map[string]bool) error {
+	for p := range k.scripted {
+		if changed[p] {
+			return fmt.Errorf("%s, whose install scripts ran in the kept tree, changed", p)
+		}
+		if !fileExists(filepath.Join(modules, filepath.FromSlash(p), "package.json")) {
+			return fmt.Errorf("%s, whose install scripts ran in the kept tree, was removed", p)
+		}
+	}
+	return nil
 }
 
 // lockEntry is what a lockfile, or npm's hidden lockfile, says of one install path.
@@ -387,4 +418,24 @@ func onlyThese(pkgs []scriptPackage, only func(rel string) bool) []scriptPackage
 		}
 	}
 	return kept
+}
+
+// hasScripts reports whether a lockfile may install a package with install scripts: one it says
+// has them (hasInstallScript, which npm also sets for a binding.gyp), or one whose scripts it
+// cannot know (a local folder, a link, a git repository). Not for dev packages, which the install
+// leaves out. A lockfile npm cannot read, or none, may.
+func hasScripts(lockData []byte) bool {
+	packages, err := parseLock(lockData)
+	if err != nil {
+		return true
+	}
+	for location, e := range packages {
+		if e.Dev {
+			continue
+		}
+		if e.HasInstallScript || e.Link || fromGit(e.Resolved) || strings.HasPrefix(e.Resolved, "file:") || !strings.HasPrefix(location, "node_modules/") {
+			return true
+		}
+	}
+	return false
 }

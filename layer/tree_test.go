@@ -261,3 +261,53 @@ func TestIncrementalBumpInTheBase(t *testing.T) {
 		t.Errorf("the bump over the kept tree gave other layers than a fresh install:\n%v\n%v", incremental, fresh)
 	}
 }
+
+// A bump that removes a package whose install scripts ran in the kept tree is not installed over
+// it: what such a script did outside its folder would stay, where npm ci starts from nothing. The
+// install is npm ci's (is-number, kept by the bump, is installed anew), and its layers are a fresh
+// install's.
+func TestKeptTreeLeftWhenAScriptedPackageGoes(t *testing.T) {
+	npmTest(t)
+	base := debianbase.Image(t, "amd64")
+	root := t.TempDir()
+	install := func(name string) []string {
+		t.Helper()
+		c := fixture(t, name)
+		c.Name, c.Locator = "esbuild", toa.NewLocator("esbuild", "default")
+		layers, err := DependencyLayers(context.Background(), c, amd64, 20, WithCacheDir(root), npmCache,
+			WithBase(base), WithBaseNode("18.20.4"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return digests(t, layers)
+	}
+	install("esbuild-bump")
+	kept := inodeOf(t, keptFile(t, root, "is-number/package.json"))
+	removed := install("esbuild-removed")
+	if inodeOf(t, keptFile(t, root, "is-number/package.json")) == kept {
+		t.Error("the bump that removed esbuild, whose postinstall ran, was installed over the kept tree")
+	}
+	os.RemoveAll(fsys.DepsLayers.Dir(root))
+	os.RemoveAll(fsys.Trees.Dir(root))
+	if fresh := install("esbuild-removed"); !slices.Equal(removed, fresh) {
+		t.Errorf("the bump gave other layers than a fresh install:\n%v\n%v", removed, fresh)
+	}
+}
+
+func TestScriptsStay(t *testing.T) {
+	modules := t.TempDir()
+	for _, p := range []string{"a", "b/node_modules/c"} {
+		mustWrite(t, filepath.Join(modules, p, "package.json"), `{}`)
+	}
+	kept := &keptTree{scripted: map[string]bool{"a": true, "b/node_modules/c": true}}
+	if err := kept.scriptsStay(modules, map[string]bool{"d": true}); err != nil {
+		t.Errorf("nothing scripted changed: %v", err)
+	}
+	if err := kept.scriptsStay(modules, map[string]bool{"a": true}); err == nil || !strings.Contains(err.Error(), "a, whose install scripts ran in the kept tree, changed") {
+		t.Errorf("a changed: %v", err)
+	}
+	os.RemoveAll(filepath.Join(modules, "b"))
+	if err := kept.scriptsStay(modules, nil); err == nil || !strings.Contains(err.Error(), "was removed") {
+		t.Errorf("b/node_modules/c removed: %v", err)
+	}
+}

@@ -48,6 +48,10 @@ type options struct {
 	sbom           attest.Format
 	signer         *attest.Signer
 	compression    layer.Compression
+	// scriptsOnRunner and scriptNetwork: where and with which network other people's code runs
+	// (WithScripts)
+	scriptsOnRunner bool
+	scriptNetwork   string
 
 	artifact, artifactSource, artifactRevision string // WithArtifact
 }
@@ -64,6 +68,14 @@ func WithAttestation(format attest.Format, signer *attest.Signer) Option {
 
 // WithCompression sets how the layers toa-push makes are compressed. Default: layer.Gzip.
 func WithCompression(c layer.Compression) Option { return func(o *options) { o.compression = c } }
+
+// WithScripts sets where the install scripts of a target that is the runner's own platform run
+// (onRunner: with npm on the runner, as layer.WithScriptsOnRunner; otherwise in the base, like
+// every other target's) and the network of every script and build.run line in a base: "" for the
+// runner's, "none" for loopback only.
+func WithScripts(onRunner bool, network string) Option {
+	return func(o *options) { o.scriptsOnRunner, o.scriptNetwork = onRunner, network }
+}
 
 // WithKustomization sets the folder the kustomization goes to. Default: DefaultKustomization,
 // or, with WithOCILayout, the layout's kustomization folder.
@@ -147,6 +159,12 @@ func newOptions(opts []Option) (*options, error) {
 			}
 			if p.runner != nil {
 				opts = append(opts, layer.WithRunner(p.runner))
+			}
+			if o.scriptsOnRunner {
+				opts = append(opts, layer.WithScriptsOnRunner())
+			}
+			if o.scriptNetwork != "" {
+				opts = append(opts, layer.WithScriptNetwork(o.scriptNetwork))
 			}
 			return image.NewLayers(p.App, p.toolchain, opts...)
 		}

@@ -75,7 +75,7 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 		return nil, err
 	}
 	spec := image.PlanOptions{Mono: o.mono, Toolchain: tools, Services: serviceImages(manifest.ServiceImages(app, deps, o.mono)),
-		Compression: o.compression}
+		Compression: o.compression, ScriptsOnRunner: o.scriptsOnRunner}
 	if spec.Bases, err = resolveBases(ctx, app, spec, o); err != nil {
 		return nil, err
 	}

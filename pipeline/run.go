@@ -89,7 +89,7 @@ func (o *options) attacher(p *Planned) image.Attacher {
 	}
 	return attest.Attacher(attest.Options{Format: o.sbom, Signer: o.signer, Builder: attest.ToaPush(),
 		Context: p.App.Name, Environment: p.App.Environment, Runtime: p.App.Runtime.Version,
-		Node: p.toolchain.Node, Npm: p.toolchain.Npm, Created: p.epoch})
+		Node: p.toolchain.Node, Npm: p.toolchain.Npm, Created: p.epoch, CacheDir: o.cacheDir})
 }
 
 // Plan plans every image of the application, asks the destination which it has, and writes the

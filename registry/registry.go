@@ -238,6 +238,12 @@ type client struct {
 	mountTry  sync.Mutex  // held by the first mount, so that a registry that does not mount is asked once
 	blobs     *blobIndex
 	slots     chan struct{} // blob transfers at once
+	// written are the manifests this run put by digest ("repo@sha256:..."): an index written by
+	// its digest and then under its tag does not put its images' manifests again
+	written sync.Map
+	// referrersAPI is what the registry was seen to do with a referrer: referrersUnknown,
+	// referrersIndexed or referrersTagged
+	referrersAPI atomic.Int32
 }
 
 // client returns the registry's client, connecting it the first time: one ping, one login.

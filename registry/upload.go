@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -32,7 +33,8 @@ import (
 // mounted; anything else is asked for once and sent, retried whole when its transfer breaks.
 // Child manifests are written by digest without asking, and the tag last.
 
-// WriteIndex puts idx and everything it holds into ref's repository, the tag last.
+// WriteIndex puts idx and everything it holds into ref's repository, the tag last. What this run
+// wrote by digest already (the index by its digest, before its tag) is not written again.
 func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.ImageIndex) error {
 	c, err := r.client(ctx, ref.Context())
 	if err != nil {
@@ -40,10 +42,48 @@ func (r *Registries) WriteIndex(ctx context.Context, ref name.Reference, idx v1.
 	}
 	w := &writer{r: r, c: c, repo: ref.Context()}
 	ctx = withCounter(ctx, r.counter)
-	if err := w.children(ctx, idx); err != nil {
+	digest, err := idx.Digest()
+	if err != nil {
 		return err
 	}
+	if !w.wrote(digest) {
+		if err := w.children(ctx, idx); err != nil {
+			return err
+		}
+	}
+	if _, byDigest := ref.(name.Digest); byDigest {
+		return w.manifestOnce(ctx, digest, idx)
+	}
 	return w.manifest(ctx, ref.Identifier(), idx)
+}
+
+// WriteChildren puts what idx holds (its images and indexes, with their blobs) into repo by
+// their digests, but not idx itself: WriteIndex then writes only idx, under its tag.
+func (r *Registries) WriteChildren(ctx context.Context, repo name.Repository, idx v1.ImageIndex) error {
+	c, err := r.client(ctx, repo)
+	if err != nil {
+		return err
+	}
+	w := &writer{r: r, c: c, repo: repo}
+	return w.children(withCounter(ctx, r.counter), idx)
+}
+
+// wrote says whether this run put the manifest of digest into the repository.
+func (w *writer) wrote(digest v1.Hash) bool {
+	_, ok := w.c.written.Load(w.repo.RepositoryStr() + "@" + digest.String())
+	return ok
+}
+
+// manifestOnce puts a manifest by its digest unless this run did.
+func (w *writer) manifestOnce(ctx context.Context, digest v1.Hash, m manifestOf) error {
+	if w.wrote(digest) {
+		return nil
+	}
+	if err := w.manifest(ctx, digest.String(), m); err != nil {
+		return err
+	}
+	w.c.written.Store(w.repo.RepositoryStr()+"@"+digest.String(), true)
+	return nil
 }
 
 // writer writes into one repository of one registry.
@@ -70,6 +110,7 @@ func (w *writer) children(ctx context.Context, idx v1.ImageIndex) error {
 	g.SetLimit(4)
 	for _, d := range m.Manifests {
 		switch {
+		case w.wrote(d.Digest):
 		case d.MediaType.IsImage():
 			img, err := idx.Image(d.Digest)
 			if err != nil {
@@ -82,10 +123,13 @@ func (w *writer) children(ctx context.Context, idx v1.ImageIndex) error {
 				return err
 			}
 			g.Go(func() error {
+				if w.wrote(d.Digest) {
+					return nil
+				}
 				if err := w.children(ctx, child); err != nil {
 					return err
 				}
-				return w.manifest(ctx, d.Digest.String(), child)
+				return w.manifestOnce(ctx, d.Digest, child)
 			})
 		default:
 			return fmt.Errorf("the index holds a %s, which toa-push does not write", d.MediaType)
@@ -116,32 +160,217 @@ func (w *writer) image(ctx context.Context, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	return w.manifest(ctx, digest.String(), img)
+	return w.manifestOnce(ctx, digest, img)
 }
 
 // manifest PUTs a manifest or an index under a digest or a tag. Its body is bytes, so the
 // transport retries it.
 func (w *writer) manifest(ctx context.Context, identifier string, m manifestOf) error {
+	_, err := w.putManifest(ctx, identifier, m)
+	return err
+}
+
+// putManifest is manifest, returning the registry's answer's header.
+func (w *writer) putManifest(ctx context.Context, identifier string, m manifestOf) (http.Header, error) {
 	raw, err := m.RawManifest()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mt, err := m.MediaType()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.url("/manifests/"+identifier), bytes.NewReader(raw))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", string(mt))
 	resp, err := w.do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	return w.check(resp, http.StatusCreated, http.StatusOK, http.StatusAccepted)
+	return resp.Header, w.check(resp, http.StatusCreated, http.StatusOK, http.StatusAccepted)
 }
+
+// WriteReferrers puts images whose manifests all name one subject (what is attached to it) into
+// repo by their digests, their blobs as the images' are (one this run knows the repository
+// holds is not asked for: a document shared by many images is sent once), then, where the
+// registry has no referrers API (its answer to the PUTs names no OCI-Subject), adds them all to
+// the subject's referrers tag, sha256-<hex>, with one read (made while they are written) and one
+// write. go-containerregistry's
+// remote.Write, called once per referrer, asked for the manifest and every blob first, and for
+// the referrers API and the tag again for each.
+func (r *Registries) WriteReferrers(ctx context.Context, repo name.Repository, imgs []v1.Image) error {
+	if len(imgs) == 0 {
+		return nil
+	}
+	c, err := r.client(ctx, repo)
+	if err != nil {
+		return err
+	}
+	w := &writer{r: r, c: c, repo: repo}
+	ctx = withCounter(ctx, r.counter)
+	descs := make([]v1.Descriptor, len(imgs))
+	indexed := make([]bool, len(imgs))
+	var subject v1.Hash
+	for i, img := range imgs {
+		m, err := img.Manifest()
+		if err != nil {
+			return err
+		}
+		if m.Subject == nil || (i > 0 && m.Subject.Digest != subject) {
+			return fmt.Errorf("the referrers to write do not all name one subject")
+		}
+		subject = m.Subject.Digest
+		d, err := partial.Descriptor(img)
+		if err != nil {
+			return err
+		}
+		descs[i] = *d
+		descs[i].ArtifactType, descs[i].Annotations = m.ArtifactType, m.Annotations
+		if descs[i].ArtifactType == "" {
+			descs[i].ArtifactType = string(m.Config.MediaType)
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	// the referrers tag is read while the referrers are written, unless the registry said it
+	// indexes them itself: one round trip less where it does not
+	var tag *tagRead
+	if c.referrersAPI.Load() != referrersIndexed {
+		tag = &tagRead{done: make(chan struct{})}
+		go func() {
+			defer close(tag.done)
+			tag.index, tag.err = w.readReferrersTag(ctx, subject) // not gctx: Wait cancels it
+		}()
+	}
+	for i, img := range imgs {
+		g.Go(func() error {
+			var err error
+			indexed[i], err = w.referrer(gctx, img)
+			return err
+		})
+	}
+	err = g.Wait()
+	if tag != nil {
+		<-tag.done
+	}
+	if err != nil {
+		return err
+	}
+	var tagged []v1.Descriptor
+	for i, d := range descs {
+		if !indexed[i] {
+			tagged = append(tagged, d)
+		}
+	}
+	if len(tagged) == 0 {
+		c.referrersAPI.Store(referrersIndexed)
+		return nil
+	}
+	c.referrersAPI.Store(referrersTagged)
+	if tag == nil {
+		tag = &tagRead{}
+		tag.index, tag.err = w.readReferrersTag(ctx, subject)
+	}
+	if tag.err != nil {
+		return tag.err
+	}
+	return w.writeReferrersTag(ctx, subject, tag.index, tagged)
+}
+
+// What a registry was seen to do with referrers (client.referrersAPI).
+const (
+	referrersUnknown int32 = iota
+	referrersIndexed       // it answered a referrer's PUT with OCI-Subject: it has the referrers API
+	referrersTagged        // it did not: the referrers tag schema
+)
+
+// tagRead is a read of a referrers tag under way.
+type tagRead struct {
+	done  chan struct{}
+	index v1.IndexManifest
+	err   error
+}
+
+// referrer writes one referrer's blobs and its manifest by digest, and says whether the
+// registry indexed it as a referrer of its subject (OCI distribution 1.1's OCI-Subject header).
+func (w *writer) referrer(ctx context.Context, img v1.Image) (bool, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return false, err
+	}
+	config, err := partial.ConfigLayer(img)
+	if err != nil {
+		return false, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, l := range append(layers, config) {
+		g.Go(func() error { return w.blob(gctx, l) })
+	}
+	if err := g.Wait(); err != nil {
+		return false, err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return false, err
+	}
+	h, err := w.putManifest(ctx, digest.String(), img)
+	if err != nil {
+		return false, err
+	}
+	return h.Get("OCI-Subject") != "", nil
+}
+
+// readReferrersTag reads the subject's referrers tag (OCI distribution 1.1, "Referrers Tag
+// Schema"): an empty index where there is none.
+func (w *writer) readReferrersTag(ctx context.Context, subject v1.Hash) (v1.IndexManifest, error) {
+	tag := w.repo.Tag(subject.Algorithm + "-" + subject.Hex)
+	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
+	existing, err := w.r.Index(ctx, tag)
+	var terr *transport.Error
+	switch {
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		return index, nil
+	case err != nil:
+		return index, fmt.Errorf("read the referrers tag %s: %w", tag, err)
+	}
+	m, err := existing.IndexManifest()
+	if err != nil {
+		return index, fmt.Errorf("read the referrers tag %s: %w", tag, err)
+	}
+	index.Manifests = m.Manifests
+	return index, nil
+}
+
+// writeReferrersTag adds descriptors to the subject's referrers tag as read, keeping those it
+// lists already.
+func (w *writer) writeReferrersTag(ctx context.Context, subject v1.Hash, index v1.IndexManifest, add []v1.Descriptor) error {
+	had := map[v1.Hash]bool{}
+	for _, d := range index.Manifests {
+		had[d.Digest] = true
+	}
+	for _, d := range add {
+		if !had[d.Digest] {
+			index.Manifests = append(index.Manifests, d)
+		}
+	}
+	raw, err := json.Marshal(index)
+	if err != nil {
+		return err
+	}
+	return w.manifest(ctx, subject.Algorithm+"-"+subject.Hex, rawManifest{raw: raw, mediaType: types.OCIImageIndex})
+}
+
+// rawManifest is a manifest or index as bytes.
+type rawManifest struct {
+	raw       []byte
+	mediaType types.MediaType
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.raw, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }
 
 func (w *writer) url(path string) string {
 	return (&url.URL{Scheme: w.c.scheme, Host: w.c.host, Path: "/v2/" + w.repo.RepositoryStr() + path}).String()

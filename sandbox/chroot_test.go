@@ -45,8 +45,8 @@ func bindsFor(t *testing.T, dir string, uid int) []Bind {
 	return []Bind{{Source: app, Target: "/composition/app"}, {Source: plan, Target: "/toa-plan", ReadOnly: true}}
 }
 
-// tree lists what a folder holds after the runs: names and bytes.
-func tree(t *testing.T, dir string) []string {
+// bindTree lists what a folder holds after the runs: names and bytes.
+func bindTree(t *testing.T, dir string) []string {
 	var out []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
@@ -93,7 +93,7 @@ func TestChrootSameChanges(t *testing.T) {
 		if chrooted != (hook || who.profile != "") {
 			t.Errorf("chrooted %v: %q", chrooted, out.Notices)
 		}
-		return result{out.Changes, tree(t, binds[0].Source), tree(t, binds[1].Source)}
+		return result{out.Changes, bindTree(t, binds[0].Source), bindTree(t, binds[1].Source)}
 	}
 	namespaces := run(t, runAs{}, false)
 	t.Logf("the namespace way: %d changes", len(namespaces.changes))

@@ -291,7 +291,7 @@ func (s *spec) root() (string, string, error) {
 		return "", refusedOverlay, fmt.Errorf("the kernel does not let a user namespace mount an overlay over the base: %w", err)
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("mount an overlay over the base %s (upper folder %s): %w", s.Lower, s.Upper, err)
+		return "", "", fmt.Errorf("mount an overlay over the base (lowerdir=%s, upperdir=%s, workdir=%s): %w", s.Lower, s.Upper, s.Work, err)
 	}
 	return merged, "", nil
 }

@@ -1,9 +1,15 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"hash"
 	"io"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -18,20 +24,23 @@ var (
 	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
-// openLayer opens a layer of a base for the unpack, decompressed by klauspost/compress, which
+// openLayer opens the layer at of a base for the unpack, decompressed by klauspost/compress, which
 // decompresses a 420 MB base in 1.5 s where compress/gzip (go-containerregistry's Uncompressed)
 // takes 2.0 s on this project's 2-core runner, ahead of its reader (aheadReader). The unpack
 // stops reading at the tar's end-of-archive, before the blob's end where its digest is checked
 // (by the registry client and go-containerregistry): close(true) reads the rest, so that a
-// registry that served other bytes under the digest fails the unpack.
-func openLayer(l v1.Layer) (*layerReader, error) {
+// registry that served other bytes under the digest fails the unpack, and checks the
+// uncompressed bytes against at.diffID, what the base's config says of them (rootfs.diff_ids),
+// so that a base whose layers are not those of its config fails it too.
+func openLayer(l v1.Layer, at layerAt) (*layerReader, error) {
 	rc, err := l.Compressed()
 	if err != nil {
 		return nil, err
 	}
 	blob := bufio.NewReaderSize(&sticky{r: rc}, 256<<10)
 	magic, _ := blob.Peek(4) // a shorter blob is no compressed stream: read as it is
-	r := &layerReader{Reader: blob, blob: blob, rc: rc, layer: l}
+	sum := sha256.New()
+	r := &layerReader{Reader: io.TeeReader(blob, sum), blob: blob, rc: rc, layer: l, at: at, sum: sum}
 	switch {
 	case bytes.HasPrefix(magic, gzipMagic):
 		zr, err := gzip.NewReader(blob)
@@ -39,19 +48,27 @@ func openLayer(l v1.Layer) (*layerReader, error) {
 			rc.Close()
 			return nil, err
 		}
-		r.ahead, r.stop = readAhead(zr), func() { zr.Close() }
+		// hashed in the decompression's goroutine, beside the writes of the files
+		r.ahead, r.stop = readAhead(io.TeeReader(zr, sum)), func() { zr.Close() }
 	case bytes.HasPrefix(magic, zstdMagic):
 		zr, err := zstd.NewReader(blob, zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			rc.Close()
 			return nil, err
 		}
-		r.ahead, r.stop = readAhead(zr), zr.Close
+		r.ahead, r.stop = readAhead(io.TeeReader(zr, sum)), zr.Close
 	}
 	if r.ahead != nil {
 		r.Reader = r.ahead
 	}
 	return r, nil
+}
+
+// layerAt is where a layer is in its base, and what the base's config says of its uncompressed
+// bytes.
+type layerAt struct {
+	index, count int // from 1
+	diffID       v1.Hash
 }
 
 // sticky keeps the first error of a blob other than its end: the registry client says a forged
@@ -81,16 +98,22 @@ type layerReader struct {
 	ahead *aheadReader // the decompression, ahead of the reader
 	stop  func()       // closes the decompressor
 	layer v1.Layer
+	at    layerAt
+	sum   hash.Hash // of the uncompressed bytes read
 }
 
-// close ends the reading of the layer. whole reads the rest of its blob first, so that it is
-// checked against its digest; a failed unpack does not wait for a check nobody reads.
+// close ends the reading of the layer. whole reads the rest of it first, uncompressed and then
+// the rest of its blob, so that its uncompressed bytes are checked against its diff ID and its
+// blob against its digest; a failed unpack does not wait for checks nobody reads.
 func (r *layerReader) close(whole bool) error {
+	var err error
+	if whole {
+		_, err = io.Copy(io.Discard, r.Reader) // the tar's padding after its end, into the sum
+	}
 	if r.ahead != nil {
 		r.ahead.halt() // before the blob is read on: the decompression reads it too
 	}
-	var err error
-	if whole {
+	if whole && err == nil {
 		_, err = io.Copy(io.Discard, r.blob)
 	}
 	if r.stop != nil {
@@ -99,14 +122,40 @@ func (r *layerReader) close(whole bool) error {
 	if closeErr := r.rc.Close(); err == nil {
 		err = closeErr
 	}
-	if err == nil {
+	if err != nil {
+		return fmt.Errorf("read %s to its end: %w", r.name(), err)
+	}
+	if !whole {
 		return nil
 	}
-	what := "a layer"
-	if d, derr := r.layer.Digest(); derr == nil {
-		what = "the layer " + d.String()
+	if got := hex.EncodeToString(r.sum.Sum(nil)); r.at.diffID.Algorithm != "sha256" || got != r.at.diffID.Hex {
+		return &LayerMismatch{Layer: r.name(), DiffID: r.at.diffID.String(), Got: "sha256:" + got}
 	}
-	return fmt.Errorf("read %s to its end: %w", what, err)
+	return nil
+}
+
+// name names the layer in messages: its place in the base and its blob's digest.
+func (r *layerReader) name() string {
+	what := fmt.Sprintf("the layer %d of %d", r.at.index, r.at.count)
+	if d, err := r.layer.Digest(); err == nil {
+		what += " (" + d.String() + ")"
+	}
+	return what
+}
+
+// LayerMismatch is a base's layer whose uncompressed bytes are not what its config's
+// rootfs.diff_ids says of them: the base's layers are not those its config was made with.
+type LayerMismatch struct {
+	Layer  string // which: "the layer 2 of 3 (sha256:...)"
+	DiffID string // what the config says
+	Got    string // what the layer holds
+}
+
+func (e *LayerMismatch) Error() string {
+	return fmt.Sprintf("%s is %s uncompressed, where the base's config says %s (rootfs.diff_ids): "+
+		"its layers are not those its config was made with (damaged, or forged to pass for another base), "+
+		"and nothing of it is kept; build on a base whose publisher you trust, or push this one again from its source",
+		e.Layer, e.Got, e.DiffID)
 }
 
 // aheadBlock and aheadBlocks: how far the decompression runs ahead of the files being written.
@@ -208,4 +257,67 @@ func (a *aheadReader) halt() {
 		close(a.quit)
 	}
 	<-a.done
+}
+
+// baseLayers are img's layers, each with its place and what the config says of it. A base whose
+// manifest lists another number of layers than its config's rootfs.diff_ids is refused: which
+// layer is which would be a guess.
+func baseLayers(img v1.Image) ([]v1.Layer, []layerAt, error) {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the base's config: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the base's layers: %w", err)
+	}
+	diffIDs := cfg.RootFS.DiffIDs
+	if len(layers) != len(diffIDs) {
+		return nil, nil, fmt.Errorf("its manifest lists %d layers where its config names %d (rootfs.diff_ids): "+
+			"its layers are not those its config was made with (damaged, or forged to pass for another base), "+
+			"and nothing of it is kept; build on a base whose publisher you trust, or push this one again from its source",
+			len(layers), len(diffIDs))
+	}
+	at := make([]layerAt, len(layers))
+	for i := range layers {
+		at[i] = layerAt{index: i + 1, count: len(layers), diffID: diffIDs[i]}
+	}
+	return layers, at, nil
+}
+
+// ErrSkipRest, returned by the function EachLayer calls, ends the reading after the layer it was
+// given, which is still read to its end and checked.
+var ErrSkipRest = errors.New("skip the rest of the layers")
+
+// EachLayer reads img's layers, the lowest first, each as a tar stream given to f with its
+// index, and each to its end after f, its blob checked against its digest and its uncompressed
+// bytes against the diff ID its config names (and the layers counted against them): what f
+// found is to be believed, or cached, only when EachLayer returns nil. f returns ErrSkipRest to
+// end the reading after that layer.
+func EachLayer(ctx context.Context, img v1.Image, f func(i int, tr *tar.Reader) error) error {
+	layers, at, err := baseLayers(img)
+	if err != nil {
+		return err
+	}
+	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := openLayer(l, at[i])
+		if err != nil {
+			return fmt.Errorf("read the layer %d of %d: %w", i+1, len(layers), err)
+		}
+		err = f(i, tar.NewReader(r))
+		skip := errors.Is(err, ErrSkipRest)
+		if closeErr := r.close(err == nil || skip); err == nil || skip {
+			err = closeErr
+			if err == nil && skip {
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -213,7 +213,7 @@ func noNamespacesError(platform, why string) *RunnerError {
 		Message: fmt.Sprintf("%s, and %s cannot run the base's programs chrooted as another user instead", why, who),
 		Hint: "run the job as root in its container (scripts then run chrooted in a private copy of the base as an unprivileged user); " +
 			"or allow user namespaces on the runner (sudo sysctl -w user.max_user_namespaces=15000 kernel.unprivileged_userns_clone=1; " +
-			"on Ubuntu 24.04 the AppArmor profile for toa-push that README's \"Where no user namespace can be made\" gives, " +
+			"on Ubuntu 24.04 the AppArmor profile for toa-push that README's \"On the CI runners people use\" gives, " +
 			"or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0); " +
 			"or pass --scripts-on-runner, which runs the scripts on the runner, where they can read the runner's files"}
 }

@@ -53,7 +53,7 @@ func TestUserNamespacesRefused(t *testing.T) {
 		"cannot build for linux/" + runtime.GOARCH + " inside its base on this runner: it does not let toa-push make user namespaces (user.max_user_namespaces is 0)",
 		"run the job as root in its container",
 		"or allow user namespaces on the runner (sudo sysctl -w user.max_user_namespaces=15000",
-		"the AppArmor profile for toa-push that README's \"Where no user namespace can be made\" gives",
+		"the AppArmor profile for toa-push that README's \"On the CI runners people use\" gives",
 		"or pass --scripts-on-runner",
 	} {
 		if !strings.Contains(string(out), want) {

@@ -68,6 +68,11 @@ func stageMain(data string) {
 	if dir == "" {
 		dir = "/"
 	}
+	// made where the root lacks it, as a Dockerfile's WORKDIR makes it
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(setup, "make the working folder %s: %v", dir, err)
+		os.Exit(initFailed)
+	}
 	if err := os.Chdir(dir); err != nil {
 		fmt.Fprintf(setup, "enter the working folder %s in the base: %v", dir, err)
 		os.Exit(initFailed)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -34,14 +33,14 @@ var mountPoints = []struct {
 }
 
 // Unpack returns the root file system of img unpacked under cacheDir (fsys.BaseRoots), once per
-// config digest:
+// chain of layers (ChainID, never the config digest: a config can be put over other layers):
 // its layers applied in order as a runtime applies them (whiteouts and opaque folders honoured),
 // into a temporary folder renamed into place when whole, so that a root in the cache is never
 // half-written. Entries that would lead out of the root (`..`, absolute or relative links followed
 // while unpacking) stay inside it, as they resolve in the image; devices are skipped, owners are
 // not kept (the runner's user owns everything, mapped to root inside the sandbox). Each layer is
-// read to its end, so that its digest is checked before the root is kept (openLayer). The root
-// is never written after.
+// read to its end, so that its digest and its diff ID are checked before the root is kept
+// (openLayer): a root in the cache holds what its key names. The root is never written after.
 func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) {
 	return UnpackHeld(ctx, img, cacheDir, nil)
 }
@@ -51,16 +50,17 @@ func Unpack(ctx context.Context, img v1.Image, cacheDir string) (string, error) 
 // that a prune removed between the look and the hold, found or freshly unpacked, is unpacked
 // again, a bounded number of times.
 func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.Holds) (string, error) {
-	digest, err := img.ConfigName()
-	if err != nil {
-		return "", fmt.Errorf("read the base's config digest: %w", err)
-	}
+	name := baseName(img)
 	roots := filepath.Join(cacheDir, "roots")
-	entry := filepath.Join(roots, digest.Algorithm+"-"+digest.Hex)
+	chain, err := chainIDs(img)
+	if err != nil {
+		return "", fmt.Errorf("unpack the base %s: %w", name, err)
+	}
+	entry := rootEntry(roots, chainKey(chain))
 	root := filepath.Join(entry, "root")
 	for tries := 1; ; tries++ {
 		if _, err := os.Stat(root); err != nil {
-			if err := unpack(ctx, img, digest, roots, entry); err != nil {
+			if err := unpack(ctx, img, name, chain, roots, entry); err != nil {
 				return "", err
 			}
 		}
@@ -73,6 +73,20 @@ func UnpackHeld(ctx context.Context, img v1.Image, cacheDir string, holds *fsys.
 			return "", err
 		}
 	}
+}
+
+// rootEntry is the folder of the root of the layers whose chain ID is key (fsys.BaseRoots).
+func rootEntry(roots string, key v1.Hash) string {
+	return filepath.Join(roots, key.Algorithm+"-"+key.Hex)
+}
+
+// baseName names img in messages: its manifest's digest, as the plan and the kustomization name
+// a base.
+func baseName(img v1.Image) string {
+	if d, err := img.Digest(); err == nil {
+		return d.String()
+	}
+	return "of this platform"
 }
 
 // unpackTries bounds the unpacks of a root that other runs' prunes keep removing before it is
@@ -91,8 +105,10 @@ func hold(holds *fsys.Holds, entry, root string) error {
 	return nil
 }
 
-// unpack unpacks img, whose config digest is digest, as entry's root, whole or not at all.
-func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry string) error {
+// unpack unpacks img, named name in messages, the chain IDs of whose layers are chain, as
+// entry's root, whole or not at all: from the root of the longest chain of its lowest layers the
+// cache holds (extend), else from its first layer.
+func unpack(ctx context.Context, img v1.Image, name string, chain []v1.Hash, roots, entry string) error {
 	root := filepath.Join(entry, "root")
 	if err := os.MkdirAll(roots, 0o755); err != nil {
 		return fmt.Errorf("create the folder of unpacked bases: %w", err)
@@ -105,17 +121,17 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry stri
 	if err := os.Mkdir(filepath.Join(tmp, "root"), 0o755); err != nil {
 		return fmt.Errorf("create the folder of unpacked bases: %w", err)
 	}
-	size, err := apply(ctx, img, filepath.Join(tmp, "root"))
+	size, err := makeRoot(ctx, img, chain, roots, filepath.Join(tmp, "root"))
 	if err != nil {
-		return fmt.Errorf("unpack the base %s: %w", digest, err)
+		return fmt.Errorf("unpack the base %s: %w", name, err)
 	}
 	// the sandbox's root is another id than toa-push's when it runs as root (ids.go)
 	if err := OwnUnpacked(filepath.Join(tmp, "root")); err != nil {
-		return fmt.Errorf("unpack the base %s: %w", digest, err)
+		return fmt.Errorf("unpack the base %s: %w", name, err)
 	}
 	// what the cache's bound counts, without walking the root at every run's end
 	if err := os.WriteFile(filepath.Join(tmp, fsys.FolderSizeFile), []byte(strconv.FormatInt(size, 10)), 0o644); err != nil {
-		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", name, err)
 	}
 	if _, err := os.Stat(root); err == nil {
 		return nil // another run unpacked it meanwhile
@@ -125,29 +141,42 @@ func unpack(ctx context.Context, img v1.Image, digest v1.Hash, roots, entry stri
 		if _, statErr := os.Stat(root); statErr == nil {
 			return nil // another run unpacked it first
 		}
-		return fmt.Errorf("keep the unpacked base %s: %w", digest, err)
+		return fmt.Errorf("keep the unpacked base %s: %w", name, err)
 	}
 	return nil
 }
 
-// apply writes img's layers, the lowest first, into the empty folder dir, and makes the mount
-// points. Applying each layer over the ones below, as containerd and containers/storage do, reads
-// each tar once; a flattened stream (mutate.Extract) wrote every entry into a pipe and read it
-// back, a fifth of the unpack's processor time.
-// The bytes of the files written are returned.
-func apply(ctx context.Context, img v1.Image, dir string) (int64, error) {
+// makeRoot makes dir, an empty folder, the root of img: a copy of the root of its lowest layers
+// that the cache holds, the longest such chain (extend), with the layers above applied; else all
+// its layers applied. The size of the root is returned.
+func makeRoot(ctx context.Context, img v1.Image, chain []v1.Hash, roots, dir string) (int64, error) {
+	layers, at, err := baseLayers(img)
+	if err != nil {
+		return 0, err
+	}
+	for k := len(layers) - 1; k >= 1; k-- {
+		size, ok, err := extend(ctx, rootEntry(roots, chain[k-1]), layers[k:], at[k:], dir)
+		if err != nil || ok {
+			return size, err
+		}
+	}
+	return apply(ctx, layers, at, dir, 0)
+}
+
+// apply writes layers (at their places at), the lowest first, into the folder dir, over what it
+// holds (size bytes), and makes the mount points. Applying each layer over the ones below, as
+// containerd and containers/storage do, reads each tar once; a flattened stream (mutate.Extract)
+// wrote every entry into a pipe and read it back, a fifth of the unpack's processor time.
+// The bytes of the files written are returned, size among them.
+func apply(ctx context.Context, layers []v1.Layer, at []layerAt, dir string, size int64) (int64, error) {
 	rootFd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(rootFd)
-	layers, err := img.Layers()
-	if err != nil {
-		return 0, err
-	}
-	x := &extractor{root: rootFd}
-	for _, l := range layers {
-		if err := x.layer(ctx, l); err != nil {
+	x := &extractor{root: rootFd, total: size}
+	for i, l := range layers {
+		if err := x.layer(ctx, l, at[i]); err != nil {
 			return 0, err
 		}
 	}
@@ -167,10 +196,10 @@ const (
 	opaqueWhiteout = ".wh..wh..opq"
 )
 
-// layer applies one layer over what is unpacked, and reads the rest of its blob unless that
-// failed (openLayer).
-func (x *extractor) layer(ctx context.Context, l v1.Layer) error {
-	r, err := openLayer(l)
+// layer applies one layer, at its place at in the base, over what is unpacked, and reads the
+// rest of it, checked against its digest and its diff ID, unless that failed (openLayer).
+func (x *extractor) layer(ctx context.Context, l v1.Layer, at layerAt) error {
+	r, err := openLayer(l, at)
 	if err != nil {
 		return err
 	}
@@ -420,43 +449,10 @@ func clearAt(dirFd int, dir string, written map[string]bool) error {
 }
 
 // removeAt removes name in the folder dirFd and, for a folder, all in it; never through a link.
-func removeAt(dirFd int, name string) error {
-	err := unix.Unlinkat(dirFd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) {
-		return err
-	}
-	fd, err := unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	// the folder made writable first: an image's folder may be read-only for its owner
-	_ = unix.Fchmod(fd, 0o700)
-	names, err := namesAt(fd)
-	for _, n := range names {
-		if err == nil {
-			err = removeAt(fd, n)
-		}
-	}
-	unix.Close(fd)
-	if err != nil {
-		return err
-	}
-	return unix.Unlinkat(dirFd, name, unix.AT_REMOVEDIR)
-}
+func removeAt(dirFd int, name string) error { return fsys.RemoveAt(dirFd, name) }
 
 // namesAt lists the folder fd (read through a descriptor of its own, fd stays at its start).
-func namesAt(fd int) ([]string, error) {
-	dup, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), ".")
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
+func namesAt(fd int) ([]string, error) { return fsys.NamesAt(fd) }
 
 // mountPoint makes rel a folder or an empty file, replacing a link (a base's resolv.conf often
 // links to a file of systemd's) so that a bind mount lands inside the root.
@@ -505,18 +501,7 @@ func modeBits(mode uint32) os.FileMode {
 	return m
 }
 
-// removeAll removes a folder whose sub-folders may lack write permission for their owner.
-func removeAll(dir string) {
-	if os.RemoveAll(dir) == nil {
-		return
-	}
-	// WalkDir, unlike Walk, calls back before it reads a folder: overlayfs leaves its work
-	// folder with mode 0
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o755)
-		}
-		return nil
-	})
-	_ = os.RemoveAll(dir)
-}
+// removeAll removes a folder of the cache's (a failed unpack, a sandbox's work folder), whose
+// folders may lack permissions for their owner, never through a link a command in the sandbox
+// may have left (fsys.RemoveAll). A folder that cannot be removed is left for the cache's prune.
+func removeAll(dir string) { _ = fsys.RemoveAll(dir) }

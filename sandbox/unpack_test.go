@@ -28,7 +28,7 @@ type entry struct {
 }
 
 // layerOf is a layer of these entries, compressed as named ("gzip", "zstd", "" for none).
-func layerOf(t *testing.T, compression string, entries ...entry) v1.Layer {
+func layerOf(t testing.TB, compression string, entries ...entry) v1.Layer {
 	t.Helper()
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -71,10 +72,9 @@ func TestAttestations(t *testing.T) {
 		for _, a := range img.Attachments {
 			kinds[a.Kind]++
 		}
-		// two platforms: an SBOM each and one of each dependencies image (which lists the
-		// packages), the provenance, and signatures of the index, the two platforms' images, the
-		// two dependencies images and the five documents
-		if kinds["sbom"] != 2 || kinds["dependencies sbom"] != 2 || kinds["provenance"] != 1 || kinds["signature"] != 10 {
+		// two platforms: an SBOM each (every package), attached to its image and to the index, the
+		// provenance, and signatures of the index, the two platforms' images and the five referrers
+		if kinds["sbom"] != 4 || kinds["provenance"] != 1 || kinds["signature"] != 8 {
 			t.Errorf("%s: attached %v", img.Name, kinds)
 		}
 		repo, _, _ := strings.Cut(img.Reference, "@")
@@ -146,4 +146,172 @@ func TestAttestationFlags(t *testing.T) {
 			os.Unsetenv(k)
 		}
 	}
+}
+
+// The SBOMs toa-push attaches are read whole by a consumer we did not write: `syft convert` of
+// each referrer alone (as Trivy's --sbom-sources oci, Dependency-Track and Kyverno read the
+// one document they are given) lists every package of the components' lockfiles installed for
+// the platform, at its version, in SPDX and in CycloneDX; and `syft scan` of the pushed image,
+// from the registry, finds no npm package that the SBOM lacks.
+func TestSBOMReadBySyft(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a registry, npm, oras and syft")
+	}
+	oras, syft := harness.Tool(t, "oras"), harness.Tool(t, "syft")
+	t.Setenv("TOA_CACHE", t.TempDir()) // one layer cache for both formats: npm installs once
+	for _, format := range []string{"spdx", "cyclonedx"} {
+		t.Run(format, func(t *testing.T) {
+			addr := harness.Registry(t)
+			harness.PushTestBase(t, addr)
+			dir := copyApp(t, "pushed", addr)
+			code, stdout, stderr := run(t, dir, "-o", "json", "--sbom", format, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+			if code != 0 {
+				t.Fatalf("toa-push exited %d:\n%s", code, stderr)
+			}
+			var out attestedOutput
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+				t.Fatalf("%v\n%s", err, stdout)
+			}
+			file := map[string]string{"spdx": "sbom.spdx.json", "cyclonedx": "sbom.cdx.json"}[format]
+			// the components of each image of testdata/apps/pushed
+			components := map[string][]string{"composition-front": {"shop.orders", "shop.prices"}, "composition-shop-stats": {"shop.stats"}}
+			for _, img := range out.Images {
+				repo, _, _ := strings.Cut(img.Reference, "@")
+				if _, ok := components[img.Name]; !ok {
+					t.Fatalf("an image the test does not know: %s", img.Name)
+				}
+				for _, a := range img.Attachments {
+					if a.Kind != "sbom" {
+						continue
+					}
+					listed := syftConvert(t, syft, oras, repo+"@"+a.Digest, file)
+					for name, version := range lockedFor(t, dir, components[img.Name], a.Platform) {
+						if !listed[name+"@"+version] {
+							t.Errorf("%s %s on %s: syft convert lists no %s@%s", img.Name, a.Platform, a.Subject, name, version)
+						}
+					}
+					if a.Platform != "linux/amd64" || a.Subject == img.Digest {
+						continue
+					}
+					// what a scanner finds in the image's layers, the base's too; a package.json
+					// without a version (a component's) is syft's name@UNKNOWN
+					for _, found := range syftScan(t, syft, repo+"@"+a.Subject) {
+						name, version, _ := strings.Cut(found[1:], "@")
+						name = found[:1] + name
+						if !listed[found] && !(version == "UNKNOWN" && listed[name+"@"]) {
+							t.Errorf("%s %s: syft scan finds %s, which the SBOM lacks", img.Name, a.Platform, found)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// syftConvert pulls one attached document with oras and reads it with `syft convert`; it returns
+// the npm packages syft read from it, as name@version.
+func syftConvert(t *testing.T, syft, oras, ref, file string) map[string]bool {
+	t.Helper()
+	dir := t.TempDir()
+	if o, err := tool(t, oras, "pull", "--plain-http", "-o", dir, ref); err != nil {
+		t.Fatalf("oras pull %s: %v\n%s", ref, err, o)
+	}
+	cmd := exec.CommandContext(t.Context(), syft, "convert", filepath.Join(dir, file), "-o", "syft-json", "-q")
+	cmd.Env = syftEnv(t)
+	data, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("syft convert %s (%s): %v", file, ref, err)
+	}
+	return npmPackages(t, data)
+}
+
+// syftScan scans the image in the test registry with `syft scan` and returns the npm packages it
+// finds, as name@version.
+func syftScan(t *testing.T, syft, ref string) []string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), syft, "scan", "registry:"+ref, "-o", "syft-json", "-q")
+	cmd.Env = append(syftEnv(t), "SYFT_REGISTRY_INSECURE_USE_HTTP=true")
+	data, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if e, ok := err.(*exec.ExitError); ok {
+			stderr = string(e.Stderr)
+		}
+		t.Fatalf("syft scan %s: %v\n%s", ref, err, stderr)
+	}
+	var out []string
+	for p := range npmPackages(t, data) {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		t.Fatalf("syft scan %s found no npm package at all", ref)
+	}
+	return out
+}
+
+func syftEnv(t *testing.T) []string {
+	return append(os.Environ(), "HOME="+t.TempDir(), "DOCKER_CONFIG="+t.TempDir(), "SYFT_CHECK_FOR_APP_UPDATE=false",
+		"XDG_CACHE_HOME="+t.TempDir())
+}
+
+// npmPackages reads syft's JSON: the packages of type npm, as name@version.
+func npmPackages(t *testing.T, data []byte) map[string]bool {
+	t.Helper()
+	var doc struct {
+		Artifacts []struct {
+			Name, Version, Type, PURL string
+		} `json:"artifacts"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("syft's JSON: %v\n%.2000s", err, data)
+	}
+	out := map[string]bool{}
+	for _, a := range doc.Artifacts {
+		if a.Type == "npm" || strings.HasPrefix(a.PURL, "pkg:npm/") {
+			out[a.Name+"@"+a.Version] = true
+		}
+		// and as its purl names it: a component's SPDX name is its Toa id, its purl its package's
+		if p, ok := strings.CutPrefix(a.PURL, "pkg:npm/"); ok {
+			p, _, _ = strings.Cut(p, "?")
+			p = strings.Replace(p, "%40", "@", 1)
+			name, version, _ := strings.Cut(p[1:], "@")
+			out[p[:1]+name+"@"+version] = true
+		}
+	}
+	return out
+}
+
+// lockedFor are the packages the components' lockfiles pin that npm installs for the platform
+// (an @esbuild binary is another platform's unless it is the platform's own).
+func lockedFor(t *testing.T, app string, components []string, platform string) map[string]string {
+	t.Helper()
+	own := "@esbuild/linux-" + map[string]string{"linux/amd64": "x64", "linux/arm64": "arm64"}[platform]
+	out := map[string]string{}
+	for _, c := range components {
+		data, err := os.ReadFile(filepath.Join(app, "components", c, "package-lock.json"))
+		if os.IsNotExist(err) {
+			continue // a component without dependencies
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lock struct {
+			Packages map[string]struct {
+				Version string
+				Dev     bool
+			} `json:"packages"`
+		}
+		if err := json.Unmarshal(data, &lock); err != nil {
+			t.Fatal(err)
+		}
+		for p, e := range lock.Packages {
+			name := strings.TrimPrefix(p, "node_modules/")
+			if p == "" || e.Dev || strings.HasPrefix(name, "@esbuild/") && name != own {
+				continue
+			}
+			out[name] = e.Version
+		}
+	}
+	return out
 }

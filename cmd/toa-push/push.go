@@ -23,25 +23,27 @@ import (
 )
 
 type pushCommand struct {
-	Env            string        `arg:"" optional:"" name:"ENV" help:"Environment, as Toa's 'toa deploy [environment]'; a chain like staging:production is allowed. Default: TOA_ENV, else 'default'."`
-	Path           string        `name:"path" short:"p" default:"." placeholder:"DIR" help:"The context's folder (the one with context.toa.yaml)."`
-	Plan           bool          `name:"plan" help:"Print what would be built, and build and push nothing."`
-	Kustomization  string        `name:"kustomization" short:"k" placeholder:"DIR" help:"Where the kustomization goes. Default: deployment; with --oci-layout, DIR/kustomization."`
-	Output         cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
-	Mono           bool          `name:"mono" help:"One 'mono' image and deployment, as Toa's --mono."`
-	Insecure       bool          `name:"insecure" help:"Allow registries with plain HTTP or certificates that do not verify."`
-	CAFile         string        `name:"ca-file" type:"existingfile" placeholder:"FILE" help:"Trust this CA for registries."`
-	ResolveTimeout time.Duration `name:"resolve-timeout" default:"20s" help:"How long resolving a base may take."`
-	Timeout        time.Duration `name:"timeout" default:"1h" help:"How long the whole run may take (a Go duration: 30m, 1h30m); past it toa-push stops, leaves no tag on an unfinished image, and exits 3."`
-	StallTimeout   time.Duration `name:"stall-timeout" default:"60s" help:"How long a transfer may move no byte before it fails and is retried."`
-	Retries        int           `name:"retries" default:"5" help:"How often a failed request or blob transfer is tried again (a broken or stalled connection, a registry's 5xx or 429), with jittered exponential backoff that honours Retry-After."`
-	Mirror         []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
-	OCILayout      string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
-	FromOCILayout  string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
-	SBOM           string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
-	SignKey        string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
-	Compression    string        `name:"compression" enum:"gzip,zstd" default:"gzip" help:"How the layers toa-push makes are compressed: gzip, which every registry and runtime reads, or zstd (tar+zstd: containerd 1.5 and later, CRI-O, podman), smaller and faster to unpack. zstd images get tags of their own; images the registry already has are left as they are."`
-	Verbose        bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
+	Env             string        `arg:"" optional:"" name:"ENV" help:"Environment, as Toa's 'toa deploy [environment]'; a chain like staging:production is allowed. Default: TOA_ENV, else 'default'."`
+	Path            string        `name:"path" short:"p" default:"." placeholder:"DIR" help:"The context's folder (the one with context.toa.yaml)."`
+	Plan            bool          `name:"plan" help:"Print what would be built, and build and push nothing."`
+	Kustomization   string        `name:"kustomization" short:"k" placeholder:"DIR" help:"Where the kustomization goes. Default: deployment; with --oci-layout, DIR/kustomization."`
+	Output          cli.Output    `name:"output" short:"o" default:"text" enum:"text,json" help:"text or json."`
+	Mono            bool          `name:"mono" help:"One 'mono' image and deployment, as Toa's --mono."`
+	Insecure        bool          `name:"insecure" help:"Allow registries with plain HTTP or certificates that do not verify."`
+	CAFile          string        `name:"ca-file" type:"existingfile" placeholder:"FILE" help:"Trust this CA for registries."`
+	ResolveTimeout  time.Duration `name:"resolve-timeout" default:"20s" help:"How long resolving a base may take."`
+	Timeout         time.Duration `name:"timeout" default:"1h" help:"How long the whole run may take (a Go duration: 30m, 1h30m); past it toa-push stops, leaves no tag on an unfinished image, and exits 3."`
+	StallTimeout    time.Duration `name:"stall-timeout" default:"60s" help:"How long a transfer may move no byte before it fails and is retried."`
+	Retries         int           `name:"retries" default:"5" help:"How often a failed request or blob transfer is tried again (a broken or stalled connection, a registry's 5xx or 429), with jittered exponential backoff that honours Retry-After."`
+	Mirror          []string      `name:"mirror" placeholder:"FROM=TO" help:"Read bases whose reference begins with FROM (a registry host, or host/path) from TO instead, e.g. ghcr.io=mirror.internal:5000/ghcr for Toa's runtime image. Repeatable; adds to TOA_MIRRORS (comma-separated FROM=TO), and overrides it for the same FROM. The mirror is recorded in the images' annotations; the tags stay the same."`
+	OCILayout       string        `name:"oci-layout" placeholder:"DIR" help:"Write every image of the application, base layers included, into an OCI image layout in DIR (and the kustomization into DIR/kustomization) instead of pushing: no target registry is contacted. Carry DIR to the other side and run toa-push --from-oci-layout DIR there."`
+	FromOCILayout   string        `name:"from-oci-layout" placeholder:"DIR" help:"Push the images of an OCI layout written by --oci-layout to the registry they name, and write its kustomization (-k, default deployment). Needs only DIR: no context, no sources, no npm."`
+	SBOM            string        `name:"sbom" aliases:"sbom-format" placeholder:"FORMAT" enum:"spdx,cyclonedx,none" default:"spdx" help:"The SBOM attached to each image built, per platform, with its provenance (in-toto, SLSA v1): spdx (SPDX 2.3 JSON), cyclonedx (CycloneDX 1.6), or none for neither. They are OCI referrers of the image (the referrers tag where the registry has no referrers API)."`
+	SignKey         string        `name:"sign-key" placeholder:"FILE" help:"Sign each image built, and its SBOM and provenance, in cosign's format with this ECDSA P-256 private key (PEM; cosign's encrypted key is opened with COSIGN_PASSWORD), or env://VAR for a PEM in the environment variable VAR; default: the PEM in TOA_SIGN_KEY, if set. Nothing goes to a transparency log: verify with cosign verify --key PUBLIC-KEY --insecure-ignore-tlog=true."`
+	Compression     string        `name:"compression" enum:"gzip,zstd" default:"gzip" help:"How the layers toa-push makes are compressed: gzip, which every registry and runtime reads, or zstd (tar+zstd: containerd 1.5 and later, CRI-O, podman), smaller and faster to unpack. zstd images get tags of their own; images the registry already has are left as they are."`
+	ScriptsOnRunner bool          `name:"scripts-on-runner" help:"Run the install scripts of a target that is this runner's own platform, libc and Node major with npm on the runner, as toa-push did before 2026-12, where they can read the runner's files (credentials, the signing key) and what they write goes into the image. For runners that can make no sandbox (an unprivileged user without user namespaces). By default every install script and build.run line runs inside the target's base, never on the runner."`
+	ScriptNetwork   string        `name:"script-network" enum:"default,none" default:"default" help:"The network of install scripts and build.run lines in the base: default (the runner's, so that packages can download their prebuilt binaries) or none (loopback only, as RUN --network=none)."`
+	Verbose         bool          `name:"verbose" short:"v" help:"Log what is done, step by step."`
 
 	Artifact         string `name:"artifact" placeholder:"REF" help:"After the images, push the kustomization as an OCI artifact in Flux's format to REF (REGISTRY/REPOSITORY:TAG), signed with --sign-key like the images: Flux's OCIRepository or toa-apply oci://REF reads it. The same kustomization gives the same digest. With --oci-layout it goes into the layout, and --from-oci-layout pushes it."`
 	ArtifactSource   string `name:"artifact-source" placeholder:"URL" help:"The artifact's org.opencontainers.image.source, as flux push artifact --source (e.g. the Git remote). Default: toa:CONTEXT."`
@@ -192,6 +194,15 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 	}
 	if c.Verbose {
 		opts = append(opts, pipeline.WithExtensionOutput(os.Stderr))
+	}
+	network := ""
+	if c.ScriptNetwork == "none" {
+		network = "none"
+	}
+	opts = append(opts, pipeline.WithScripts(c.ScriptsOnRunner, network))
+	if c.ScriptsOnRunner && !c.Plan && c.FromOCILayout == "" {
+		display.Print("warning: --scripts-on-runner: the install scripts of the images built for this runner's own platform run on this runner, " +
+			"where they can read its files (registry credentials, kubeconfig, the signing key) and what they write goes into the images")
 	}
 	if c.Compression != "" {
 		compression, err := layer.ParseCompression(c.Compression)

@@ -3,8 +3,10 @@
 # modules, into ${TOA_CACHE:-$HOME/.cache/toa-deploy}/tools/<tool>-<version>-<key>/<tool>:
 #   oras   (oras.land/oras)              `oras discover` lists an image's referrers
 #   cosign (github.com/sigstore/cosign/v3) `cosign verify --key` checks our signatures
+#   syft   (github.com/anchore/syft)     `syft convert` reads an attached SBOM alone, `syft scan`
+#                                        lists what is in a pushed image
 # Each tool is a module of its own beside this file (its go.mod pins the version; one go.mod
-# cannot hold both without moving one's dependencies). The key is a hash of the module's go.mod,
+# cannot hold them all without moving one's dependencies). The key is a hash of the module's go.mod,
 # go.sum and this script, so a version bump builds anew; an existing build is used as it is.
 # Prints `<tool> <path>` per tool. Idempotent: a second run checks and returns.
 #
@@ -25,10 +27,12 @@ command -v sha256sum >/dev/null || die "sha256sum is needed (coreutils)"
 declare -A pkg=(
 	[oras]=oras.land/oras/cmd/oras
 	[cosign]=github.com/sigstore/cosign/v3/cmd/cosign
+	[syft]=github.com/anchore/syft/cmd/syft
 )
 declare -A module=(
 	[oras]=oras.land/oras
 	[cosign]=github.com/sigstore/cosign/v3
+	[syft]=github.com/anchore/syft
 )
 
 # version TOOL: the version the tool's go.mod requires.
@@ -41,6 +45,7 @@ ldflags() {
 	case $tool in
 	oras) echo "-s -w -X oras.land/oras/internal/version.BuildMetadata= -X oras.land/oras/internal/version.GitTreeState=clean" ;;
 	cosign) echo "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$v -X sigs.k8s.io/release-utils/version.gitTreeState=clean" ;;
+	syft) echo "-s -w -X main.version=$v" ;;
 	esac
 }
 
@@ -72,7 +77,7 @@ build() {
 }
 
 tools=("$@")
-[[ ${#tools[@]} -gt 0 ]] || tools=(oras cosign)
+[[ ${#tools[@]} -gt 0 ]] || tools=(oras cosign syft)
 for t in "${tools[@]}"; do
 	[[ -n ${pkg[$t]:-} ]] || die "unknown tool $t (known: ${!pkg[*]})"
 	build "$t"

@@ -1,0 +1,3 @@
+'use strict'
+
+exports.load = async () => 'scripts'
