@@ -496,7 +496,7 @@ func (s *spec) supervise(ready func() error) report {
 	reached := func(slack int) bool { return procs.count() >= int(s.Stage.MaxProcesses)-slack }
 	tick := time.NewTicker(procs.interval)
 	defer tick.Stop()
-	killing := false
+	killing, atBound := false, 0
 	for {
 		select {
 		case e, ok := <-exits:
@@ -515,9 +515,15 @@ func (s *spec) supervise(ready func() error) report {
 			// while killing, the ticker kills again what was forked meanwhile: not at each exit,
 			// which for the chroot way reads all of /proc
 		case <-tick.C:
-			if killing {
+			switch {
+			case killing:
 				procs.killAll()
-			} else if reached(0) {
+			case !reached(0):
+				atBound = 0
+			case atBound < 1:
+				// at the bound for a tick first: the command says what the kernel refused it
+				atBound++
+			default:
 				r.Processes, killing = true, true
 				procs.killAll()
 			}
