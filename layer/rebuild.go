@@ -192,9 +192,10 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 	}
 	defer fsys.RemoveAll(upper)
 	var out bytes.Buffer
+	running := "the install scripts of " + scriptNames(pkgs)
 	err = sandbox.Run(ctx, o.sandboxCommand(sandbox.Command{Root: root, Upper: upper, Platform: platformName(in.platform),
 		Args: args, Env: o.buildEnv(cfg, root, o.npmConfig), Dir: target, Stdout: &limitedBuffer{b: &out}, Stderr: &limitedBuffer{b: &out},
-		Binds: append(planBinds, binds...)}, "the install scripts of "+scriptNames(pkgs)))
+		Binds: append(planBinds, binds...)}, running))
 	var exit *sandbox.ExitError
 	if errors.As(err, &exit) {
 		runner := "npm rebuild"
@@ -205,7 +206,7 @@ func (o *options) rebuildInBase(ctx context.Context, in *install, what, npmrc, m
 			what, in.platform, runner, exit.Code, describe(pkgs), indent(out.String()))
 	}
 	if err != nil {
-		return false, fmt.Errorf("run the install scripts of %s for %s inside its base (%s): %w", what, in.platform, scriptNames(pkgs), err)
+		return false, fmt.Errorf("run the install scripts of %s for %s inside its base: %w", what, in.platform, bounded(err, scriptNames(pkgs)))
 	}
 	return true, nil
 }

