@@ -5,7 +5,7 @@
 # Markdown tables of medians and ratios, and keeps that output in $TOA_CACHE/bench/last.md;
 # BENCHMARKS.md holds the latest one with the notes on every target missed.
 #
-# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8,9,10) which ones,
+# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8,9,11) which ones,
 # BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes),
 # BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes).
 set -euo pipefail
@@ -70,6 +70,6 @@ done
 
 # --- the measurements
 out="$cache/last.md"
-go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7,8,9,10}" | tee "$out.partial"
+go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7,8,9,11}" | tee "$out.partial"
 mv "$out.partial" "$out"
 say "the tables are in $out"

@@ -32,12 +32,13 @@ import (
 // with the build's environment), and neither the image nor the runner holds any of what it looked
 // for; the process it left is gone and named; the user's checkout is unchanged.
 func TestContainedScripts(t *testing.T) {
-	addr := harness.Registry(t)
-	debian := harness.PushDebianBase(t, addr)
-	runnerBase := harness.PushRunnerBase(t, addr)
+	// each case its own registry: the same application on the same base would find its images
+	// pushed by the case before
+	debian := func(t *testing.T, addr string) string { return harness.PushDebianBase(t, addr) }
+	runnerBase := func(t *testing.T, addr string) string { return harness.PushRunnerBase(t, addr) }
 	for _, c := range []struct {
 		name      string
-		base      string
+		base      func(*testing.T, string) string
 		platforms string
 		user      bool
 		signKey   string // "file" or "env"
@@ -52,9 +53,11 @@ func TestContainedScripts(t *testing.T) {
 		{"the runner's own target and arm64 as root in a container", debian, "[linux/amd64, linux/arm64]", false, "file", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			addr := harness.Registry(t)
+			base := c.base(t, addr)
 			dir := copyApp(t, "contained", addr)
 			ctxFile := filepath.Join(dir, "context.toa.yaml")
-			replaceIn(t, ctxFile, addr+"/"+harness.DebianBaseRef, c.base)
+			replaceIn(t, ctxFile, addr+"/"+harness.DebianBaseRef, base)
 			replaceIn(t, ctxFile, "platforms: [linux/amd64, linux/arm64]", "platforms: "+c.platforms)
 			spied := newSpied(t, addr)
 			before := tree(t, dir)
