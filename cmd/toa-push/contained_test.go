@@ -366,9 +366,21 @@ func TestNoSandboxAsAUser(t *testing.T) {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
-			code, _, stderr = spied.pushWith(t, c.wrap, dir, spied.env, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--scripts-on-runner")
+			code, stdout, stderr := spied.pushWith(t, c.wrap, dir, spied.env, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"), "--scripts-on-runner")
 			if code != 0 || !strings.Contains(stderr, "--scripts-on-runner: the install scripts") {
-				t.Errorf("--scripts-on-runner: exit %d:\n%s", code, stderr)
+				t.Fatalf("--scripts-on-runner: exit %d:\n%s", code, stderr)
+			}
+			// what the sandbox keeps from a script: on the runner, the same one finds the secrets
+			var out pushOutput
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil || len(out.Images) == 0 {
+				t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
+			}
+			rootfs, _ := harness.Unpacked(t, out.Images[0].Reference, "linux/amd64")
+			found, _ := os.ReadFile(filepath.Join(rootfs, "composition", "contained-app", "node_modules", "toa-test-spy", "found.json"))
+			for _, secret := range []string{"toa-secret-home-file", "toa-secret-registry"} {
+				if !strings.Contains(string(found), secret) {
+					t.Errorf("on the runner, the postinstall did not find %q: the spy misses what the sandbox hides", secret)
+				}
 			}
 		})
 	}
