@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,9 @@ import (
 type Client struct {
 	Dynamic dynamic.Interface
 	Typed   kubernetes.Interface
+	// Metadata lists objects' metadata alone (PartialObjectMetadata): which exist, whose they
+	// are, without their data (a namespace's Secrets, a Helm release's among them).
+	Metadata metadata.Interface
 	// Mapper maps kinds to resources from discovery, cached for the run; Reset after CRDs are
 	// added.
 	Mapper meta.ResettableRESTMapper
@@ -72,7 +76,11 @@ func newWith(cfg *rest.Config, maxInFlight int) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
-	return &Client{Dynamic: dyn, Typed: cs, Host: cfg.Host,
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
+	}
+	return &Client{Dynamic: dyn, Typed: cs, Metadata: md, Host: cfg.Host,
 		Mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}, nil
 }
 
