@@ -183,7 +183,7 @@ func (r *Release) run(ctx context.Context, set rollout.Set, src source, onlyOwn 
 	}
 	// an application too large to record is refused before anything of it is applied
 	if err := revision.Check(objects); err != nil {
-		return nil, r.Explain.Explain(err)
+		return nil, r.Explain.Explain(fmt.Errorf("%w; nothing was applied", err))
 	}
 	if err := r.Steps.CheckNamespaces(deadline, namespacesOf(objects)...); err != nil {
 		return nil, r.Explain.Explain(err)
