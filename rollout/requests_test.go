@@ -276,7 +276,7 @@ func TestServerPace(t *testing.T) {
 		}
 	}
 
-	objects := compositions(t, 10, "")
+	objects := compositions(t, 5, "")
 	r.reset()
 	start := time.Now()
 	res, err := Apply(ctx, k, objects, c.opts())
