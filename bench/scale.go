@@ -182,10 +182,10 @@ func (b *bench) scale() error {
 // no-change push and --plan, three runs each.
 func (b *bench) scaleLarger(base string) error {
 	type row struct {
-		n                 int
-		first             sample
-		pushes, plans     series
-		firstRSS, pushRSS int64
+		n             int
+		first         sample
+		pushes, plans series
+		pushRSS       int64
 	}
 	var rows []row
 	for _, s := range strings.Split(envOr("BENCH_SCALE_SIZES", "300,1000"), ",") {

@@ -68,8 +68,10 @@ func deferImages(fs filesys.FileSystem, dir string) (*deferred, bool) {
 		return nil, false
 	}
 	k.FixKustomization()
+	//lint:ignore SA1019 a kustomization may still have vars, which kustomize resolves after images
+	vars := len(k.Vars)
 	if len(k.Images) == 0 || (k.Kind != "" && k.Kind != types.KustomizationKind) ||
-		len(k.Replacements)+len(k.Vars)+len(k.Components)+len(k.Configurations)+len(k.Crds)+len(k.Generators)+
+		len(k.Replacements)+vars+len(k.Components)+len(k.Configurations)+len(k.Crds)+len(k.Generators)+
 			len(k.Transformers)+len(k.Validators)+len(k.BuildMetadata)+len(k.HelmCharts)+len(k.HelmChartInflationGenerator) > 0 ||
 		k.HelmGlobals != nil {
 		return nil, false

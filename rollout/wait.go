@@ -430,16 +430,6 @@ func (t *target) verdict(obj any, now time.Time, grace time.Duration) State {
 	return State{Done: true, Message: fmt.Sprintf("not awaited: an object of type %T", obj)}
 }
 
-func items[T runtime.Object](store cache.Store) []T {
-	var out []T
-	for _, obj := range store.List() {
-		if o, ok := obj.(T); ok {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // selectorOf is the pod selector of an applied workload, from the object the apply returned
 // (for a Job, the selector the API server gave it).
 func selectorOf(applied map[string]*unstructured.Unstructured, t *target) (labels.Selector, error) {
