@@ -378,12 +378,12 @@ func (a *applier) apply(ctx context.Context, t pending) outcome {
 	}
 	change := a.changeOf(live, answer)
 	a.opts.logf("%s %s", ref, change)
+	// what the apply's callers read of the answer (the wait, the diff) is not its managed fields,
+	// often half of it
+	answer.SetManagedFields(nil)
 	applied := Applied{Ref: ref, Change: change, Object: answer}
 	if a.opts.DryRun && live != nil {
 		applied.Live = live.obj
-	} else {
-		// what the apply's callers read of the answer (the wait, the diff) is not its managed fields
-		answer.SetManagedFields(nil)
 	}
 	out.applied = &applied
 	return out

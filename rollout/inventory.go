@@ -94,6 +94,7 @@ func list(ctx context.Context, c *client, set Set, m *meta.RESTMapping, namespac
 		}
 		mem := member{ref: RefOf(obj), mapping: m, uid: obj.GetUID()}
 		if whole {
+			obj.SetManagedFields(nil) // kept for a diff, which leaves them out
 			mem.obj = obj
 		}
 		l.members = append(l.members, mem)
@@ -142,6 +143,7 @@ func list(ctx context.Context, c *client, set Set, m *meta.RESTMapping, namespac
 			if err != nil {
 				return nil, fmt.Errorf("read %s/%s%s: %w", m.Resource.Resource, name, where, err)
 			}
+			obj.SetManagedFields(nil)
 			f.obj = obj
 		}
 	}
