@@ -234,6 +234,7 @@ type pending struct {
 
 // outcome is what applying one object did.
 type outcome struct {
+	ref     Ref
 	applied *Applied
 	adopted *HelmRelease
 	err     error
@@ -270,7 +271,8 @@ func (a *applier) applyAll(ctx context.Context, objects []*unstructured.Unstruct
 	_ = g.Wait()
 	for _, o := range outcomes {
 		if o.adopted != nil {
-			a.res.Adopted = append(a.res.Adopted, o.applied.Ref)
+			// adopted even where the apply after was refused: Helm's metadata is gone from it
+			a.res.Adopted = append(a.res.Adopted, o.ref)
 			a.releases[o.adopted.Namespace+"/"+o.adopted.Name] = o.adopted
 		}
 		if o.applied != nil && o.err == nil {
@@ -345,10 +347,10 @@ func (a *applier) listAll(ctx context.Context, targets []pending, names map[plac
 func (a *applier) apply(ctx context.Context, t pending) outcome {
 	obj, ref := t.obj, RefOf(t.obj)
 	ri := a.c.resource(t.mapping, obj.GetNamespace())
-	var out outcome
+	out := outcome{ref: ref}
 	force, live := a.opts.Force, t.live
 	if live != nil && live.helm != nil {
-		out.adopted = live.helm
+		release := live.helm
 		if a.opts.DryRun {
 			// the real run moves Helm's fields to toa before applying: no conflict with Helm
 			force = true
@@ -360,6 +362,7 @@ func (a *applier) apply(ctx context.Context, t pending) outcome {
 			}
 			live = &found{uid: adopted.GetUID(), rv: adopted.GetResourceVersion(), member: live.member, sum: sumOf(adopted)}
 		}
+		out.adopted = release
 		a.opts.logf("adopted %s from Helm release %s", ref, out.adopted.Name)
 	}
 	data, err := obj.MarshalJSON()
