@@ -5,9 +5,11 @@
 // unpack it into a folder without letting a path escape it.
 //
 // It is a room of its own because both commands use it, toa-push to make and toa-apply to
-// read, and toa-apply links nothing of the push chain: it imports go-containerregistry and the
-// standard library, and of ours only fault. pipeline writes what New makes through its own
-// destination (a registry or an OCI layout) and signs it with attest's signer.
+// read, and toa-apply links nothing of the push chain: besides go-containerregistry and the
+// standard library it imports of ours only fault and registry (the one registry client, which
+// imports nothing of the push chain either), so that a pull is bounded as toa-push's reads are.
+// pipeline writes what New makes through its own destination (a registry or an OCI layout) and
+// signs it with attest's signer.
 package artifact
 
 import (

@@ -32,6 +32,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	toaregistry "github.com/toa-deploy/toa-deploy/registry"
 )
 
 var files = map[string][]byte{
@@ -183,7 +185,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{host: strings.TrimPrefix(srv.URL, "http://"), reg: Registry{Keychain: authn.NewMultiKeychain()}, key: key}
+	reg, err := NewRegistry(toaregistry.WithKeychain(authn.NewMultiKeychain()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{host: strings.TrimPrefix(srv.URL, "http://"), reg: reg, key: key}
 }
 
 func (f *fixture) push(t *testing.T, ref string, img v1.Image) name.Digest {
@@ -304,7 +310,7 @@ func TestPullRefuses(t *testing.T) {
 		{f.host + "/shop/image:1", DefaultLimits, "is not a Flux artifact: its config is a application/vnd.docker.container.image.v1+json"},
 		{f.host + "/shop/deploy:1", Limits{Manifest: 10, Layer: 1 << 20}, "its manifest is"},
 		{f.host + "/shop/deploy:1", Limits{Manifest: 1 << 20, Layer: 10}, "its layer is"},
-		{f.host + "/shop/missing:1", DefaultLimits, "read the artifact"},
+		{f.host + "/shop/missing:1", DefaultLimits, "the artifact " + f.host + "/shop/missing:1: not found (404 Not Found)"},
 		{"Not A Reference", DefaultLimits, "is not an artifact's reference"},
 	} {
 		ref, err := f.reg.ParseReference(c.ref)

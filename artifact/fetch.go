@@ -55,7 +55,7 @@ func Fetch(ctx context.Context, spec, dir string, reg Registry, key *ecdsa.Publi
 		if img.Digest == "" {
 			return nil, &Unsigned{What: "the image", Reference: img.Repository, Why: "is pinned by a tag, not a digest, so its signature cannot be checked"}
 		}
-		d, err := name.NewDigest(img.Repository+"@"+img.Digest, nameOptions(reg)...)
+		d, err := reg.digest(img.Repository + "@" + img.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("the artifact's kustomization pins %s@%s, which is not an image reference: %w", img.Repository, img.Digest, err)
 		}
@@ -67,11 +67,17 @@ func Fetch(ctx context.Context, spec, dir string, reg Registry, key *ecdsa.Publi
 	return f, nil
 }
 
-func nameOptions(reg Registry) []name.Option {
-	if reg.Insecure {
-		return []name.Option{name.Insecure}
+// digest parses REPOSITORY@DIGEST, with plain HTTP allowed under --insecure.
+func (r Registry) digest(s string) (name.Digest, error) {
+	ref, err := r.reg.Reference(s)
+	if err != nil {
+		return name.Digest{}, errors.Unwrap(err)
 	}
-	return nil
+	d, ok := ref.(name.Digest)
+	if !ok {
+		return name.Digest{}, errors.New("it names no digest")
+	}
+	return d, nil
 }
 
 // Pinned is an image a kustomization sets.

@@ -16,10 +16,10 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // What cosign writes and `cosign verify --key` reads (cosign v3: pkg/oci/static/signature.go;
@@ -81,22 +81,18 @@ func (e *Unsigned) Error() string {
 // Verify checks that the manifest ref names (by digest) is signed by key in cosign's format,
 // as `cosign verify --key` checks it without a transparency log. what names it in errors.
 func (r Registry) Verify(ctx context.Context, ref name.Digest, key *ecdsa.PublicKey, what string) error {
-	opts, err := r.options(ctx)
-	if err != nil {
-		return err
-	}
 	tag := ref.Context().Tag(strings.Replace(ref.DigestStr(), ":", "-", 1) + ".sig")
-	sigs, err := remote.Image(tag, opts...)
+	sigs, err := r.reg.Image(ctx, tag)
 	var terr *transport.Error
 	if errors.As(err, &terr) && terr.StatusCode == 404 {
 		return &Unsigned{What: what, Reference: ref.String(), Why: "is not signed (no " + tag.TagStr() + " in its repository)"}
 	}
 	if err != nil {
-		return registryError(tag, err, "read the signatures of "+what)
+		return registry.Wrap(fmt.Sprintf("the signatures of %s %s (%s)", what, ref, tag.TagStr()), "", err)
 	}
 	m, err := sigs.Manifest()
 	if err != nil {
-		return registryError(tag, err, "read the signatures of "+what)
+		return registry.Wrap(fmt.Sprintf("the signatures of %s %s (%s)", what, ref, tag.TagStr()), "", err)
 	}
 	if len(m.Layers) > maxSignatures {
 		return fmt.Errorf("%s has %d signatures, more than toa-apply reads", tag, len(m.Layers))
@@ -105,7 +101,7 @@ func (r Registry) Verify(ctx context.Context, ref name.Digest, key *ecdsa.Public
 		if l.MediaType != mediaTypeSimpleSigning || l.Size > maxPayload {
 			continue
 		}
-		payload, err := r.blob(ref.Context().Digest(l.Digest.String()), l, opts)
+		payload, err := r.blob(ctx, ref.Context().Digest(l.Digest.String()), l, "a signature of "+what)
 		if err != nil {
 			return err
 		}

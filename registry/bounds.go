@@ -1,10 +1,11 @@
 package registry
 
 // What a registry sends is bounded and checked before anything is believed: a registry may be
-// hostile or broken, and toa-push runs on CI runners with a few GiB. go-containerregistry reads a
-// manifest of up to 100 MiB, a config of whatever size its manifest declares (a 50 GB config with
-// an endless body is out of memory in seconds), and replaces Go's limit of 10 redirects by a check
-// of its own that has none (a blob redirecting to itself is 300,000 requests). Here:
+// hostile or broken, and toa-push and toa-apply run on CI runners with a few GiB.
+// go-containerregistry reads a manifest of up to 100 MiB, a config of whatever size its manifest
+// declares (a 50 GB config with an endless body is out of memory in seconds), and replaces Go's
+// limit of 10 redirects by a check of its own that has none (a blob redirecting to itself is
+// 300,000 requests). Here:
 //
 //   - redirects of reads (GET, HEAD) are followed by the transport itself, at most 10, never from
 //     HTTPS to plain HTTP without --insecure, never from a host to a private address of another
@@ -44,6 +45,15 @@ const (
 type boundedTransport struct {
 	next     http.RoundTripper
 	insecure bool
+	program  string // who refuses, in its words; "" is toa-push
+}
+
+// reader names the command in the words of a refusal.
+func (b *boundedTransport) reader() string {
+	if b.program == "" {
+		return "toa-push"
+	}
+	return b.program
 }
 
 func (b *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -51,7 +61,7 @@ func (b *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil {
 		return nil, err
 	}
-	return bound(req, resp)
+	return bound(req, resp, b.reader())
 }
 
 func isRedirect(code int) bool {
@@ -86,7 +96,7 @@ func (b *boundedTransport) follow(req *http.Request) (*http.Response, error) {
 			return nil, requestError(first, Hostile, fmt.Sprintf("%s more than %d times (the last to %s): a redirect loop", what, MaxRedirects, cleanURL(target)), nil)
 		case req.URL.Scheme == "https" && target.Scheme == "http" && !b.insecure:
 			e := requestError(first, Hostile, fmt.Sprintf("%s from HTTPS to plain HTTP (%s)", what, cleanURL(target)), nil)
-			e.Hint = "toa-push does not leave HTTPS for plain HTTP, where anyone on the way could read and change what is sent; pass --insecure to allow it"
+			e.Hint = b.reader() + " does not leave HTTPS for plain HTTP, where anyone on the way could read and change what is sent; pass --insecure to allow it"
 			return nil, e
 		case target.Hostname() != first.URL.Hostname() && privateHost(target.Hostname()):
 			return nil, requestError(first, Hostile, fmt.Sprintf("%s to the private address %s of another host", what, target.Host), nil)
@@ -104,15 +114,15 @@ func (b *boundedTransport) follow(req *http.Request) (*http.Response, error) {
 
 // bound limits a manifest's body and checks a blob's against its digest. A manifest that says
 // it is bigger than the bound is refused before it is read.
-func bound(req *http.Request, resp *http.Response) (*http.Response, error) {
+func bound(req *http.Request, resp *http.Response, reader string) (*http.Response, error) {
 	if req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
 		return resp, nil
 	}
 	switch {
 	case strings.Contains(req.URL.Path, "/manifests/"):
 		tooBig := func(n string) error {
-			return requestError(req, Hostile, fmt.Sprintf("the manifest %s from %s is %s, more than toa-push reads (%d MiB)",
-				shortPath(req.URL.Path), req.URL.Host, n, MaxManifestSize>>20), nil)
+			return requestError(req, Hostile, fmt.Sprintf("the manifest %s from %s is %s, more than %s reads (%d MiB)",
+				shortPath(req.URL.Path), req.URL.Host, n, reader, MaxManifestSize>>20), nil)
 		}
 		if resp.ContentLength > MaxManifestSize {
 			resp.Body.Close()

@@ -244,7 +244,7 @@ func (k Kind) String() string {
 	case Corrupt:
 		return "a blob is damaged"
 	case Hostile:
-		return "the registry sent what toa-push does not take"
+		return "the registry sent what is not taken from a registry: too much, a redirect loop, HTTPS to plain HTTP"
 	}
 	return "registry error"
 }

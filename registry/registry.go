@@ -1,10 +1,12 @@
-// Package registry is toa-push's client of OCI registries, and knows nothing of Toa: the
+// Package registry is the client of OCI registries, toa-push's and toa-apply's (its oci://REF
+// pull, through artifact/), and knows nothing of Toa: the
 // transport (a stall timeout on every transfer, retries with backoff and Retry-After, resumed
 // downloads, one ping and one login per registry in a run), credentials from Docker's config and
 // its helpers, mirrors for reading bases, and the writing half (blobs sent once and mounted
 // everywhere else, remembered across runs, the tag last). It is a room of its own because it is
 // half of what image/ was, and it is tested without a Toa application: image/ keeps the plan,
-// the build and the outputs, and asks this package for the bytes.
+// the build and the outputs, and asks this package for the bytes. It imports nothing of ours but
+// fault, fsys and internal/keychain, so that toa-apply may link it without the push chain.
 package registry
 
 import (
@@ -41,6 +43,7 @@ import (
 // elsewhere only with --insecure.
 type Registries struct {
 	insecure bool
+	program  string // who reads, in the user agent and the words of a refusal: toa-push, toa-apply
 	creds    credentials
 	mirrors  Mirrors
 	wire     http.RoundTripper // the connection pool, under the stall guard and the counter
@@ -71,6 +74,7 @@ type registryConfig struct {
 	backoff   time.Duration
 	notify    func(string)
 	memoryDir string
+	program   string
 }
 
 // Defaults of the transfer bounds (--stall-timeout, --retries).
@@ -121,9 +125,13 @@ func WithNotify(f func(string)) RegistryOption { return func(c *registryConfig) 
 // wrote, so that a later run mounts them instead of sending them again.
 func WithMemory(dir string) RegistryOption { return func(c *registryConfig) { c.memoryDir = dir } }
 
+// WithProgram names the command that reads, in the User-Agent and in the words of what it
+// refuses ("more than toa-apply reads"); toa-push by default.
+func WithProgram(name string) RegistryOption { return func(c *registryConfig) { c.program = name } }
+
 // NewRegistries builds the registry access of one run.
 func NewRegistries(opts ...RegistryOption) (*Registries, error) {
-	cfg := &registryConfig{keychain: keychain.Default, stall: DefaultStallTimeout, retries: DefaultRetries, backoff: time.Second}
+	cfg := &registryConfig{keychain: keychain.Default, stall: DefaultStallTimeout, retries: DefaultRetries, backoff: time.Second, program: "toa-push"}
 	for _, o := range opts {
 		o(cfg)
 	}
@@ -144,6 +152,7 @@ func NewRegistries(opts ...RegistryOption) (*Registries, error) {
 	wire = &countingTransport{next: &stallTransport{next: wire, limit: cfg.stall}}
 	return &Registries{
 		insecure: cfg.insecure,
+		program:  cfg.program,
 		creds:    credentials{keychain: cfg.keychain, custom: cfg.custom},
 		mirrors:  cfg.mirrors,
 		wire:     wire,
@@ -293,8 +302,8 @@ func (c *client) connect(ctx context.Context, r *Registries, repo name.Repositor
 	if challenge.Insecure {
 		c.scheme = "http"
 	}
-	bounds := &boundedTransport{next: gated, insecure: r.insecure}
-	inner := transport.NewUserAgent(&schemeTransport{next: bounds, host: c.host, scheme: c.scheme}, "toa-push")
+	bounds := &boundedTransport{next: gated, insecure: r.insecure, program: r.program}
+	inner := transport.NewUserAgent(&schemeTransport{next: bounds, host: c.host, scheme: c.scheme}, r.program)
 	token := &transport.Token{}
 	if strings.EqualFold(challenge.Scheme, "bearer") {
 		token, err = transport.Exchange(ctx, c.reg, f.auth, inner, []string{repo.Scope(transport.PullScope)}, challenge)
@@ -419,6 +428,17 @@ func (r *Registries) Image(ctx context.Context, ref name.Reference) (v1.Image, e
 		return nil, c.explain(err)
 	}
 	return boundedImage(img, ref.String()), nil
+}
+
+// Layer reads the blob ref names, as a layer: its bytes stay in the registry until they are
+// read, and are checked against its digest at their end (bounds.go).
+func (r *Registries) Layer(ctx context.Context, ref name.Digest) (v1.Layer, error) {
+	opts, c, err := r.options(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	l, err := remote.Layer(ref, opts...)
+	return l, c.explain(err)
 }
 
 // Index reads ref's index; its images stay in the registry until they are read.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/artifact"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/registry"
 )
 
 // ociFlags read a kustomization from a registry: toa-apply oci://REF[@DIGEST].
@@ -39,6 +40,12 @@ func (c *applyCommand) fromRegistry(ctx context.Context, log *logrus.Logger) (fu
 		}
 		key = k
 	}
+	// registry's client, as toa-push's: the same credentials, --ca-file read, retries and bounds
+	reg, err := artifact.NewRegistry(registry.WithInsecure(c.Insecure), registry.WithCAFile(c.CAFile),
+		registry.WithNotify(func(s string) { log.Warn(s) }))
+	if err != nil {
+		return nil, err
+	}
 	tmp, err := os.MkdirTemp("", "toa-apply-artifact-")
 	if err != nil {
 		return nil, err
@@ -46,7 +53,6 @@ func (c *applyCommand) fromRegistry(ctx context.Context, log *logrus.Logger) (fu
 	cleanup := func() { os.RemoveAll(tmp) }
 	deadline, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	reg := artifact.Registry{Insecure: c.Insecure, CAFile: c.CAFile}
 	dir := filepath.Join(tmp, "kustomization")
 	fetched, err := artifact.Fetch(deadline, c.Dir, dir, reg, key, artifact.DefaultLimits)
 	if err != nil {
