@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,5 +125,97 @@ func TestVerifyKeyNeedsAnArtifact(t *testing.T) {
 	err := c.Run(t.Context(), nil)
 	if err == nil || !strings.Contains(err.Error(), "--verify-key checks an artifact: give oci://REF") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// toa-apply oci://REF against a registry that sends what no registry should, the hostile
+// registry of issue 26 that toa-push's TestHostileRegistry runs against: a manifest that
+// redirects to itself, a redirect from HTTPS to plain HTTP, a manifest that never ends. The pull
+// goes through toa-push's registry client, so each is refused as toa-push refuses it: exit 1 (the
+// work failed, not the user's input) in seconds, not at --timeout, naming the registry and what it
+// did, in bounded memory and requests, with nothing left in TMPDIR. The genuine registry, and the
+// redirect to HTTP with --insecure, get past the transport to the manifest, which is an image's,
+// not Flux's: what fails above fails for what the registry did.
+func TestHostileRegistry(t *testing.T) {
+	cases := []struct {
+		name     string
+		mode     harness.HostileMode
+		insecure bool
+		words    []string // ADDR stands for the registry's address
+	}{
+		{"a manifest redirect loop", harness.ManifestRedirectLoop, false,
+			[]string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect more than 10 times", "a redirect loop"}},
+		{"a redirect from HTTPS to HTTP", harness.RedirectToHTTP, false,
+			[]string{"ADDR answered GET /v2/bases/node/manifests/test with a redirect from HTTPS to plain HTTP",
+				"toa-apply does not leave HTTPS for plain HTTP", "pass --insecure to allow it"}},
+		{"an endless manifest", harness.EndlessManifest, false,
+			[]string{"the manifest /v2/bases/node/manifests/test from ADDR is longer, more than toa-apply reads (4 MiB)"}},
+		{"genuine", harness.Genuine, false, []string{"ADDR/bases/node:test is not a Flux artifact: its config is a application/vnd.oci.image.config.v1+json"}},
+		{"a redirect from HTTPS to HTTP, --insecure", harness.RedirectToHTTP, true, []string{"ADDR/bases/node:test is not a Flux artifact"}},
+	}
+	binary(t) // built before HOME and TMPDIR change: go build would start a cache of its own
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			hostile := harness.HostileRegistry(t, c.mode)
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
+			t.Setenv("HOME", t.TempDir())
+			t.Setenv("DOCKER_CONFIG", t.TempDir())
+			args := []string{"oci://" + hostile.Ref, "--render", "--timeout", "5m"}
+			if hostile.CAFile != "" {
+				args = append(args, "--ca-file", hostile.CAFile)
+			}
+			if c.insecure {
+				args = append(args, "--insecure")
+			}
+			var words []string
+			for _, w := range c.words {
+				words = append(words, strings.ReplaceAll(w, "ADDR", hostile.Addr))
+			}
+			r := toaApplyCapped(t, args...)
+			r.check(t, c.name, 1, 20*time.Second, words...)
+			t.Logf("%d requests to the registry", hostile.Requests())
+			if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+				t.Errorf("a stack trace reached the user")
+			}
+			if r.stdout != "" {
+				t.Errorf("rendered %q", r.stdout)
+			}
+			if n := hostile.Requests(); n > 30 {
+				t.Errorf("%d requests to the registry", n)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Errorf("left behind in TMPDIR: %v", left)
+			}
+		})
+	}
+}
+
+// A --ca-file that is a named pipe or a link to /dev/zero is refused by name before any
+// connection, as toa-push refuses it (fsys.ReadFile): exit 2 at once, not a read that waits for a
+// writer or never ends.
+func TestCAFileBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "ca.pem")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.pem")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	addr := harness.MemoryRegistry(t)
+	binary(t)
+	for _, c := range []struct {
+		name, file string
+		words      []string
+	}{
+		{"a named pipe", fifo, []string{"--ca-file " + fifo, "is a named pipe (FIFO), not a regular file"}},
+		{"a link to /dev/zero", zero, []string{"--ca-file " + zero, "links to /dev/zero, which is a device, not a regular file"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := toaApplyCapped(t, "oci://"+addr+"/app/deployment:1", "--render", "--timeout", "5m", "--ca-file", c.file)
+			r.check(t, c.name, 2, 10*time.Second, c.words...)
+		})
 	}
 }

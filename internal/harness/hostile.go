@@ -39,16 +39,19 @@ const (
 	// ForgedConfig serves, under the config's digest, a config of the same size that says
 	// otherwise.
 	ForgedConfig HostileMode = "forged config"
+	// EndlessManifest answers every manifest GET with zeros, with no Content-Length, until the
+	// reader goes away.
+	EndlessManifest HostileMode = "endless manifest"
 	// RedirectToHTTP speaks HTTPS and redirects every manifest read to the same path on a plain
 	// HTTP listener, which serves the genuine manifest.
 	RedirectToHTTP HostileMode = "redirect to HTTP"
 )
 
 // HostileModes are the modes that do something wrong.
-var HostileModes = []HostileMode{EndlessConfig, BlobRedirectLoop, ManifestRedirectLoop, ForgedLayer, ForgedConfig, RedirectToHTTP}
+var HostileModes = []HostileMode{EndlessConfig, BlobRedirectLoop, ManifestRedirectLoop, ForgedLayer, ForgedConfig, EndlessManifest, RedirectToHTTP}
 
 // Hostile is a registry on 127.0.0.1 that serves one base, as a registry that is broken or an
-// attacker would: for the tests that toa-push bounds and checks what it reads.
+// attacker would: for the tests that toa-push and toa-apply bound and check what they read.
 type Hostile struct {
 	Addr   string // host:port
 	Ref    string // the base: Addr/bases/node:test
@@ -123,6 +126,9 @@ func HostileRegistry(t testing.TB, mode HostileMode) *Hostile {
 			http.Redirect(w, r, p, http.StatusFound)
 		case mode == ManifestRedirectLoop && strings.Contains(p, "/manifests/"):
 			http.Redirect(w, r, p, http.StatusFound)
+		case mode == EndlessManifest && strings.Contains(p, "/manifests/"):
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			endless(w, r)
 		case mode == RedirectToHTTP && strings.Contains(p, "/manifests/"):
 			http.Redirect(w, r, plain.URL+p, http.StatusFound)
 		default:
