@@ -16,6 +16,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -33,6 +34,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/toa-deploy/toa-deploy/fault"
 	toaregistry "github.com/toa-deploy/toa-deploy/registry"
 )
 
@@ -319,6 +321,37 @@ func TestPullRefuses(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 			t.Errorf("%s: %v, want %q", c.ref, err, c.wantErr)
+		}
+	}
+}
+
+// A pull's failures are registry.Errors, told apart by their kind rather than by the words of
+// the registry: a registry that asks for credentials none were found for says so and what to do
+// (a Credentials error, exit 1), one that answers 404 is not found.
+func TestPullErrorsAreRegistryErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	f := newFixture(t)
+	for _, c := range []struct {
+		ref   string
+		kind  toaregistry.Kind
+		words string
+	}{
+		{host + "/shop/deploy:1", toaregistry.Credentials, host + " asks for credentials (401) and none were found for it"},
+		{f.host + "/shop/missing:1", toaregistry.Answered, "not found (404 Not Found)"},
+	} {
+		ref, err := f.reg.ParseReference("oci://" + c.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.reg.Pull(context.Background(), ref, DefaultLimits)
+		var rerr *toaregistry.Error
+		if !errors.As(err, &rerr) || rerr.Kind != c.kind || !strings.Contains(err.Error(), c.words) || fault.ClassOf(err) != fault.ClassFailed {
+			t.Errorf("%s: %v (%T), want a registry.Error of kind %v saying %q", c.ref, err, err, c.kind, c.words)
 		}
 	}
 }
