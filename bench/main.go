@@ -24,7 +24,7 @@ import (
 
 func main() {
 	runs := flag.Int("runs", 5, "runs of each measurement; the tables show medians")
-	items := flag.String("items", "1,2,3,4,5,6", "which benchmarks to run (1-5 of issue 7, 6 of issue 15, 7 and 9 of issue 24, 8 of issue 23, 10 of issue 36)")
+	items := flag.String("items", "1,2,3,4,5,6", "which benchmarks to run (1-5 of issue 7, 6 of issue 15, 7 and 9 of issue 24, 8 of issue 23, 10 of issue 38, 11 of issue 36)")
 	pushRuns := flag.Int("push-runs", 3, "runs of item 1 (buildah's first push is minutes a run)")
 	peers := flag.Bool("peers", true, "measure buildah in item 1 (false: toa-push and crane alone, for a quick look)")
 	flag.Parse()
@@ -53,7 +53,7 @@ func main() {
 		item string
 		run  func() error
 	}{
-		{"1", b.pushes}, {"2", b.sourcesLayer}, {"3", b.scale}, {"4", b.memory}, {"5", b.apply}, {"6", b.firstPushes}, {"7", b.market}, {"8", b.native}, {"9", b.pulls}, {"10", b.scripts},
+		{"1", b.pushes}, {"2", b.sourcesLayer}, {"3", b.scale}, {"4", b.memory}, {"5", b.apply}, {"6", b.firstPushes}, {"7", b.market}, {"8", b.native}, {"9", b.pulls}, {"10", b.large}, {"11", b.scripts},
 	}
 	failed := false
 	for _, s := range steps {

@@ -175,5 +175,68 @@ func (b *bench) scale() error {
 		verdict(heads == scaleCompositions && other == 0 && pings <= 1))
 	fmt.Printf("\nWhere `--plan`'s time goes: the processes toa-push started, under strace (`strace -f -e trace=execve,exit_group`):\n\n```\n%s\n```\n", strings.Join(profile, "\n"))
 	fmt.Printf("\ntoa-push's requests, no-change push of 50 compositions (last run):\n\n```\n%s\n```\n", strings.Join(lastLog, "\n"))
+	return b.scaleLarger(base)
+}
+
+// scaleLarger is item 3 at 300 and 1,000 compositions (issue 38): the first push once, then the
+// no-change push and --plan, three runs each.
+func (b *bench) scaleLarger(base string) error {
+	type row struct {
+		n             int
+		first         sample
+		pushes, plans series
+		pushRSS       int64
+	}
+	var rows []row
+	for _, s := range strings.Split(envOr("BENCH_SCALE_SIZES", "300,1000"), ",") {
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
+			return fmt.Errorf("BENCH_SCALE_SIZES: %q", s)
+		}
+		dir := filepath.Join(b.work, fmt.Sprintf("scale-%d", n))
+		app := filepath.Join(dir, "app")
+		name := fmt.Sprintf("scale%d", n)
+		if err := b.manyCompositions(app, name, base, n); err != nil {
+			return err
+		}
+		cache := filepath.Join(dir, "cache")
+		os.MkdirAll(cache, 0o755)
+		os.Symlink(b.npmCache, filepath.Join(cache, "npm"))
+		env := []string{"TOA_CACHE=" + cache}
+		push := []string{b.toaPush, "-o", "json", "--path", app, "-k", filepath.Join(dir, "deployment")}
+		plan := []string{b.toaPush, "--plan", "-o", "json", "--path", app, "-k", filepath.Join(dir, "plan")}
+		fmt.Fprintf(os.Stderr, "bench: scale, the first push of %d compositions × 3 platforms\n", n)
+		r := row{n: n}
+		var err error
+		if r.first, err = b.measure(app, env, fmt.Sprintf("scale-%d-first", n), push...); err != nil {
+			return err
+		}
+		for run := 1; run <= min(b.runs, 3); run++ {
+			fmt.Fprintf(os.Stderr, "bench: scale, %d compositions, run %d\n", n, run)
+			s, err := b.measure(app, env, fmt.Sprintf("scale-%d-push-%d", n, run), push...)
+			if err != nil {
+				return err
+			}
+			r.pushes = append(r.pushes, s)
+			if s, err = b.measure(app, env, fmt.Sprintf("scale-%d-plan-%d", n, run), plan...); err != nil {
+				return err
+			}
+			r.plans = append(r.plans, s)
+		}
+		_, r.pushRSS, _, _ = b.rss(env, fmt.Sprintf("scale-%d-push-rss", n), push...)
+		rows = append(rows, r)
+		os.RemoveAll(cache)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Printf("\nThe same application at more compositions (issue 38): the first push once, then the no-change push and `--plan`, %d runs each, medians; "+
+		"peak RSS of a no-change push (`/usr/bin/time -v`).\n\n", min(b.runs, 3))
+	fmt.Println("| compositions | first push | requests | no-change push | requests | `--plan` | requests | no-change push's peak RSS |")
+	fmt.Println("|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Printf("| %d | %s | %d | %s | %.0f | %s | %.0f | %s |\n", r.n, secs(r.first.wall.Seconds()), r.first.requests,
+			secs(r.pushes.wall()), r.pushes.requests(), secs(r.plans.wall()), r.plans.requests(), size(float64(r.pushRSS)))
+	}
 	return nil
 }

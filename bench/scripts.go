@@ -8,7 +8,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
-// Item 10 (issue 36): bench/apps/scripts (one component whose real packages have install scripts:
+// Item 11 (issue 36): bench/apps/scripts (one component whose real packages have install scripts:
 // esbuild, core-js, protobufjs, bufferutil, beside express) for the runner's own platform, libc and
 // Node major (the harness's runner base: Debian with the runner's node and npm), pushed the way
 // toa-push did before 2026-12 (--scripts-on-runner: npm runs the scripts on the runner) and the
@@ -67,7 +67,7 @@ func (b *bench) scripts() error {
 		}
 	}
 	before, now := rows[ways[0].name], rows[ways[1].name]
-	fmt.Printf("\n### 10. bench/apps/scripts: install scripts on the runner's own target, on the runner (before) and in the base (now)\n\n")
+	fmt.Printf("\n### 11. bench/apps/scripts: install scripts on the runner's own target, on the runner (before) and in the base (now)\n\n")
 	fmt.Printf("bench/scripts.go pushes bench/apps/scripts (one component: esbuild, core-js, protobufjs and bufferutil, which have install " +
 		"scripts, beside express) for linux/amd64 on the harness's runner base (Debian with this runner's node, npm and headers: the target is " +
 		"the runner), `--sbom none`, npm's cache warm. _Before_ is `--scripts-on-runner`, toa-push's way until 2026-12 (npm runs the scripts " +

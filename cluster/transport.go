@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -91,5 +92,53 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 
 func (b *boundedBody) Close() error {
 	b.stop()
+	return b.ReadCloser.Close()
+}
+
+// withMaxInFlight wraps a transport (outside wrap's, so that a request waiting for a slot has not
+// begun its request timeout) so that at most n requests are in flight at once, a watch aside: it
+// streams for as long as it is watched. A request holds its slot until its response's body is
+// closed, and waits for one no longer than its context lasts.
+func withMaxInFlight(wrap func(http.RoundTripper) http.RoundTripper, n int) func(http.RoundTripper) http.RoundTripper {
+	slots := make(chan struct{}, max(n, 1))
+	return func(rt http.RoundTripper) http.RoundTripper {
+		if wrap != nil {
+			rt = wrap(rt)
+		}
+		return &inFlightTransport{next: rt, slots: slots}
+	}
+}
+
+type inFlightTransport struct {
+	next  http.RoundTripper
+	slots chan struct{}
+}
+
+func (t *inFlightTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Query().Get("watch") == "true" {
+		return t.next.RoundTrip(req)
+	}
+	select {
+	case t.slots <- struct{}{}:
+	case <-req.Context().Done():
+		return nil, context.Cause(req.Context())
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		<-t.slots
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: sync.OnceFunc(func() { <-t.slots })}
+	return resp, nil
+}
+
+// releasingBody gives its request's slot back when it is closed.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	defer b.release()
 	return b.ReadCloser.Close()
 }

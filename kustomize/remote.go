@@ -59,9 +59,27 @@ type remoteFiles struct {
 	ctx    context.Context
 	client *http.Client
 
-	mu      sync.Mutex
-	fetched map[string][]byte // absolute path of a file that stands for a URL → its body
-	err     error             // the first fetch that failed: kustomize keeps no error of a kustomization's read
+	mu       sync.Mutex
+	fetched  map[string][]byte // absolute path of a file that stands for a URL → its body
+	replaced map[string][]byte // absolute path of a kustomization → what kustomize reads instead (deferImages)
+	err      error             // the first fetch that failed: kustomize keeps no error of a kustomization's read
+}
+
+// override has kustomize read data for the file at path.
+func (r *remoteFiles) override(path string, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.replaced == nil {
+		r.replaced = map[string][]byte{}
+	}
+	r.replaced[filepath.Clean(path)] = data
+}
+
+func (r *remoteFiles) replacement(path string) ([]byte, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	data, ok := r.replaced[filepath.Clean(path)]
+	return data, ok
 }
 
 func newRemoteFiles(ctx context.Context, fs filesys.FileSystem, client *http.Client) *remoteFiles {
@@ -80,6 +98,9 @@ func (r *remoteFiles) ReadFile(path string) ([]byte, error) {
 		return data, nil
 	}
 	data, err := r.FileSystem.ReadFile(path)
+	if replaced, ok := r.replacement(path); ok && err == nil {
+		data = replaced
+	}
 	if err != nil || !isKustomization(path) {
 		return data, err
 	}

@@ -8,6 +8,7 @@ package kustomize
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -35,32 +36,18 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string, opts ...Opti
 	if o.client == nil {
 		o.client = RemoteClient()
 	}
-	type rendered struct {
-		m   resmap.ResMap
-		err error
+	m, err := render(ctx, fs, dir, o, true)
+	if errors.Is(err, errNotDeferrable) {
+		m, err = render(ctx, fs, dir, o, false)
 	}
-	remote := newRemoteFiles(ctx, fs, o.client)
-	done := make(chan rendered, 1)
-	go func() { // left behind when ctx ends first: the command exits with the timeout
-		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(remote, dir)
-		done <- rendered{m, err}
-	}()
-	var m resmap.ResMap
-	select {
-	case r := <-done:
-		if ctx.Err() != nil && r.err != nil { // a fetch the context ended
-			return nil, timedOut(ctx, dir)
-		}
-		if err := remote.failed(); err != nil {
-			return nil, &fault.Input{File: dir, Message: err.Error()}
-		}
-		if r.err != nil { // kustomize keeps only the words of the errors it wraps, OnDisk's too
-			return nil, &fault.Input{File: dir, Message: "kustomize: " + r.err.Error()}
-		}
-		m = r.m
-	case <-ctx.Done():
-		return nil, timedOut(ctx, dir)
+	if err != nil {
+		return nil, err
 	}
+	return objectsOf(m, dir)
+}
+
+// objectsOf are the rendered objects, in the order they are applied.
+func objectsOf(m resmap.ResMap, dir string) ([]*unstructured.Unstructured, error) {
 	out := make([]*unstructured.Unstructured, 0, m.Size())
 	for _, r := range m.Resources() {
 		// through JSON, so that numbers are int64 and float64 as client-go expects them
@@ -76,6 +63,46 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string, opts ...Opti
 	}
 	Sort(out)
 	return out, nil
+}
+
+// render runs kustomize on dir, with the kustomization's images applied after it where they
+// may be (deferImages) and defer allows.
+func render(ctx context.Context, fs filesys.FileSystem, dir string, o options, deferral bool) (resmap.ResMap, error) {
+	type rendered struct {
+		m   resmap.ResMap
+		err error
+	}
+	remote := newRemoteFiles(ctx, fs, o.client)
+	d, deferred := deferImages(fs, dir)
+	if deferred && deferral {
+		remote.override(d.path, d.stripped)
+	}
+	done := make(chan rendered, 1)
+	go func() { // left behind when ctx ends first: the command exits with the timeout
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(remote, dir)
+		if err == nil && deferred && deferral {
+			err = d.applyImages(m)
+		}
+		done <- rendered{m, err}
+	}()
+	select {
+	case r := <-done:
+		if errors.Is(r.err, errNotDeferrable) {
+			return nil, r.err
+		}
+		if ctx.Err() != nil && r.err != nil { // a fetch the context ended
+			return nil, timedOut(ctx, dir)
+		}
+		if err := remote.failed(); err != nil {
+			return nil, &fault.Input{File: dir, Message: err.Error()}
+		}
+		if r.err != nil { // kustomize keeps only the words of the errors it wraps, OnDisk's too
+			return nil, &fault.Input{File: dir, Message: "kustomize: " + r.err.Error()}
+		}
+		return r.m, nil
+	case <-ctx.Done():
+		return nil, timedOut(ctx, dir)
+	}
 }
 
 func timedOut(ctx context.Context, dir string) error {

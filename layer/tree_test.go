@@ -1,6 +1,7 @@
 package layer
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/toa"
 
@@ -263,9 +265,13 @@ func TestIncrementalBumpInTheBase(t *testing.T) {
 }
 
 // A bump that removes a package whose install scripts ran in the kept tree is not installed over
-// it: what such a script did outside its folder would stay, where npm ci starts from nothing. The
-// install is npm ci's (is-number, kept by the bump, is installed anew), and its layers are a fresh
-// install's.
+// it: what such a script did outside its folder would stay, where npm ci starts from nothing.
+// Here the bump removes the only package with scripts, so its tree has a key of its own (the
+// scripts' base is in the key only of a lockfile with scripts; TestScriptsStay has a bump that
+// keeps one and removes another): the install is npm ci's (is-number, kept by the bump, is installed anew) beside
+// the tree kept before, and its layers are a fresh install's. The first install's esbuild
+// postinstall, run in the base, hard-linked its binary into esbuild/bin: the layer holds its
+// bytes once.
 func TestKeptTreeLeftWhenAScriptedPackageGoes(t *testing.T) {
 	npmTest(t)
 	base := debianbase.Image(t, "amd64")
@@ -279,13 +285,23 @@ func TestKeptTreeLeftWhenAScriptedPackageGoes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if name == "esbuild-bump" {
+			hardLinked(t, layers)
+		}
 		return digests(t, layers)
 	}
 	install("esbuild-bump")
-	kept := inodeOf(t, keptFile(t, root, "is-number/package.json"))
+	first := keptFile(t, root, "is-number/package.json")
+	kept := inodeOf(t, first)
 	removed := install("esbuild-removed")
-	if inodeOf(t, keptFile(t, root, "is-number/package.json")) == kept {
-		t.Error("the bump that removed esbuild, whose postinstall ran, was installed over the kept tree")
+	trees, _ := filepath.Glob(filepath.Join(fsys.Trees.Dir(root), "tree-*", "node_modules", "is-number", "package.json"))
+	for _, tree := range trees {
+		if tree != first && inodeOf(t, tree) == kept {
+			t.Errorf("the bump that removed esbuild, whose postinstall ran, was installed over the kept tree: %s", tree)
+		}
+	}
+	if len(trees) != 2 {
+		t.Errorf("%d trees kept, want the bump's beside the first: %v", len(trees), trees)
 	}
 	os.RemoveAll(fsys.DepsLayers.Dir(root))
 	os.RemoveAll(fsys.Trees.Dir(root))
@@ -294,20 +310,66 @@ func TestKeptTreeLeftWhenAScriptedPackageGoes(t *testing.T) {
 	}
 }
 
+// hardLinked fails unless esbuild's binary is in one of layers and esbuild/bin/esbuild a hard
+// link to it, as esbuild's postinstall leaves them.
+func hardLinked(t *testing.T, layers []v1.Layer) {
+	t.Helper()
+	const base = "composition/default-esbuild/node_modules/"
+	var binary, link *entry
+	for _, l := range layers {
+		list := entries(t, l)
+		if e := find(list, base+"@esbuild/linux-x64/bin/esbuild"); e != nil {
+			binary = e
+		}
+		if e := find(list, base+"esbuild/bin/esbuild"); e != nil {
+			link = e
+		}
+	}
+	if binary == nil || binary.Typeflag != tar.TypeReg || link == nil || link.Typeflag != tar.TypeLink || link.Linkname != binary.Name {
+		t.Errorf("esbuild's binary and its hard link: %s, %s", entryString(binary), entryString(link))
+	}
+}
+
+// TestScriptsStay: an install over a kept tree is refused when it removed or changed a package
+// whose install scripts ran in that tree, and left to stand when it only added or changed others.
 func TestScriptsStay(t *testing.T) {
-	modules := t.TempDir()
-	for _, p := range []string{"a", "b/node_modules/c"} {
-		mustWrite(t, filepath.Join(modules, p, "package.json"), `{}`)
-	}
-	kept := &keptTree{scripted: map[string]bool{"a": true, "b/node_modules/c": true}}
-	if err := kept.scriptsStay(modules, map[string]bool{"d": true}); err != nil {
-		t.Errorf("nothing scripted changed: %v", err)
-	}
-	if err := kept.scriptsStay(modules, map[string]bool{"a": true}); err == nil || !strings.Contains(err.Error(), "a, whose install scripts ran in the kept tree, changed") {
-		t.Errorf("a changed: %v", err)
-	}
-	os.RemoveAll(filepath.Join(modules, "b"))
-	if err := kept.scriptsStay(modules, nil); err == nil || !strings.Contains(err.Error(), "was removed") {
-		t.Errorf("b/node_modules/c removed: %v", err)
+	for _, c := range []struct {
+		name    string
+		present []string
+		changed []string
+		refused string
+	}{
+		{"kept", []string{"esbuild", "is-number"}, []string{"is-number"}, ""},
+		{"added beside", []string{"esbuild", "is-number", "ms"}, []string{"ms"}, ""},
+		{"removed", []string{"is-number"}, nil, "esbuild, whose install scripts ran in the kept tree, was removed"},
+		{"changed", []string{"esbuild", "is-number"}, []string{"esbuild"}, "esbuild, whose install scripts ran in the kept tree, changed"},
+		{"nested removed", []string{"esbuild", "a"}, nil, "a/node_modules/b, whose install scripts ran in the kept tree, was removed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			modules := t.TempDir()
+			for _, p := range c.present {
+				if err := os.MkdirAll(filepath.Join(modules, p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(modules, p, "package.json"), []byte("{}"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			changed := map[string]bool{}
+			for _, p := range c.changed {
+				changed[p] = true
+			}
+			kept := &keptTree{scripted: map[string]bool{"esbuild": true}}
+			if c.name == "nested removed" {
+				kept.scripted = map[string]bool{"esbuild": true, "a/node_modules/b": true}
+			}
+			err := kept.scriptsStay(modules, changed)
+			switch {
+			case c.refused == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case c.refused != "" && (err == nil || err.Error() != c.refused):
+				t.Errorf("got %v, want %q", err, c.refused)
+			}
+		})
 	}
 }

@@ -181,6 +181,10 @@ func (r *Release) run(ctx context.Context, set rollout.Set, src source, onlyOwn 
 	if err != nil {
 		return nil, r.Explain.Explain(err)
 	}
+	// an application too large to record is refused before anything of it is applied
+	if err := revision.Check(objects); err != nil {
+		return nil, r.Explain.Explain(fmt.Errorf("%w; nothing was applied", err))
+	}
 	if err := r.Steps.CheckNamespaces(deadline, namespacesOf(objects)...); err != nil {
 		return nil, r.Explain.Explain(err)
 	}

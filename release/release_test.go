@@ -112,6 +112,7 @@ func TestRelease(t *testing.T) {
 		steps    fakeSteps
 		rollback bool // --rollback-on-failure
 		dryRun   bool
+		objects  int // how many the kustomization has; 1 when 0
 		calls    []string
 		code     fault.Class // with words: the run fails
 		words    []string
@@ -145,13 +146,19 @@ func TestRelease(t *testing.T) {
 			calls: []string{"check"}, code: fault.ClassFailed, words: []string{"namespace ns is being deleted", "nothing was applied"}},
 		{name: "a dry run takes no lease and records nothing", dryRun: true, steps: fakeSteps{history: deployed},
 			calls: []string{"apply new dry run"}},
+		{name: "an application too large to record is refused before anything is applied", objects: 10001, steps: fakeSteps{history: deployed},
+			calls: []string{"check", "lock", "unlock"}, code: fault.ClassInput, words: []string{"10001 objects, more than a revision holds (10000)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			steps := tt.steps
 			r := &Release{Steps: &steps, Options: Options{ApplyOptions: rollout.Options{Namespace: "ns", DryRun: tt.dryRun},
 				Timeout: time.Minute, RollbackOnFailure: tt.rollback}}
-			_, err := r.Apply(context.Background(), []*unstructured.Unstructured{object("new")})
+			objects := []*unstructured.Unstructured{object("new")}
+			for len(objects) < tt.objects {
+				objects = append(objects, object(fmt.Sprintf("new-%d", len(objects))))
+			}
+			_, err := r.Apply(context.Background(), objects)
 			if !slices.Equal(steps.calls, tt.calls) {
 				t.Errorf("calls:\n  %s\nwant\n  %s", strings.Join(steps.calls, "\n  "), strings.Join(tt.calls, "\n  "))
 			}

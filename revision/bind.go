@@ -28,12 +28,17 @@ const AnnotationDigests = "toa/revisions"
 const digestManager = rollout.FieldManager + "-revisions"
 
 // digest is what binds a revision to its parent: a sha256 of the application, the number, the
-// status, description and time, and the objects as stored (their base64 text, hashed before
-// anything is decoded).
+// status, description and time, the objects as stored (their base64 text, hashed before
+// anything is decoded) and the images as stored, where the revision stores them (a revision
+// recorded before 2026-12 kept them in an annotation, outside the digest, and keeps its digest).
 func digest(set rollout.Set, r Revision) string {
 	h := sha256.New()
-	for _, part := range []string{"toa-apply revision", set.Namespace, set.Name, strconv.Itoa(r.Number), string(r.Status),
-		r.Description, r.Time.UTC().Format(time.RFC3339), r.data} {
+	parts := []string{"toa-apply revision", set.Namespace, set.Name, strconv.Itoa(r.Number), string(r.Status),
+		r.Description, r.Time.UTC().Format(time.RFC3339), r.data}
+	if r.images != "" {
+		parts = append(parts, r.images)
+	}
+	for _, part := range parts {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
@@ -49,6 +54,8 @@ func verify(set rollout.Set, r Revision, bound map[int]string) string {
 		return fmt.Sprintf("the ApplySet parent secret/%s holds no digest of revision %d (annotation %s): it was not recorded by toa-apply, or was recorded before revisions were bound", set.Name, r.Number, AnnotationDigests)
 	case len(r.data) > maxEncoded:
 		return fmt.Sprintf("its objects take %d KiB, more than a revision holds (%d KiB)", len(r.data)>>10, maxEncoded>>10)
+	case len(r.images) > maxEncodedImages:
+		return fmt.Sprintf("its images take %d KiB, more than a revision holds (%d KiB)", len(r.images)>>10, maxEncodedImages>>10)
 	case digest(set, r) != want:
 		return fmt.Sprintf("its content does not match the digest the ApplySet parent secret/%s holds: it was changed after toa-apply recorded it", set.Name)
 	}

@@ -41,12 +41,13 @@ const (
 	LabelRevision         = "toa/revision"    // the number
 	annotationTime        = "toa/revision-time"
 	annotationDescription = "toa/revision-description"
-	annotationImages      = "toa/revision-images"
+	annotationImages      = "toa/revision-images" // read: where revisions recorded before 2026-12 keep their images
 	annotationTooling     = "toa/revision-tooling"
 	annotationStatus      = "toa/revision-status"
 	annotationObjects     = "toa/revision-objects"
 	revisionType          = "toa/revision"
 	revisionKey           = "objects.json.gz"
+	imagesKey             = "images.txt.gz" // the images, one a line: an annotation of a thousand images' digests would pass the 256 KiB that a Secret's annotations hold
 )
 
 var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
@@ -74,7 +75,8 @@ type Revision struct {
 	Tooling     string    `json:"tooling"` // toa-apply/<version>
 	Secret      string    `json:"secret"`
 
-	data string // the objects as stored: base64 of gzipped JSON
+	data   string // the objects as stored: base64 of gzipped JSON
+	images string // the images as stored: base64 of gzipped lines; "" in a revision recorded before 2026-12
 }
 
 // Skipped is a Secret that looks like a revision of the application and is not one toa-apply
@@ -122,13 +124,14 @@ func record(ctx context.Context, k *cluster.Client, set rollout.Set, objects []*
 	if err != nil {
 		return Revision{}, err
 	}
-	data, err := pack(objects)
+	data, images, err := packAll(objects)
 	if err != nil {
 		return Revision{}, err
 	}
 	bound := digestsOf(parent)
 	rev := Revision{Number: nextNumber(old, bound), Time: now.UTC().Truncate(time.Second), Description: opts.Description,
-		Status: opts.Status, Images: imagesOf(objects), Objects: len(objects), Tooling: rollout.Tool + "/" + opts.Version, data: data}
+		Status: opts.Status, Images: imagesOf(objects), Objects: len(objects), Tooling: rollout.Tool + "/" + opts.Version,
+		data: data, images: images}
 	rev.Secret = secretName(set, rev.Number)
 
 	// the oldest of toa-apply's own revisions beyond opts.Max go; what it did not record stays
@@ -158,13 +161,12 @@ func record(ctx context.Context, k *cluster.Client, set rollout.Set, objects []*
 			"labels": map[string]any{LabelRevisionOf: set.Name, LabelRevision: strconv.Itoa(rev.Number)},
 			"annotations": map[string]any{
 				annotationTime: rev.Time.Format(time.RFC3339), annotationDescription: rev.Description,
-				annotationImages: strings.Join(rev.Images, ","), annotationTooling: rev.Tooling,
-				annotationStatus: string(rev.Status), annotationObjects: strconv.Itoa(rev.Objects),
+				annotationTooling: rev.Tooling, annotationStatus: string(rev.Status), annotationObjects: strconv.Itoa(rev.Objects),
 			},
 			"ownerReferences": []any{map[string]any{"apiVersion": "v1", "kind": "Secret",
 				"name": parent.GetName(), "uid": string(parent.GetUID())}},
 		},
-		"data": map[string]any{revisionKey: data},
+		"data": map[string]any{revisionKey: data, imagesKey: images},
 	}}
 	if _, err := ri.Create(ctx, secret, metav1.CreateOptions{FieldManager: rollout.FieldManager}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -256,6 +258,12 @@ func Read(ctx context.Context, k *cluster.Client, set rollout.Set) (History, err
 			h.Skipped = append(h.Skipped, Skipped{Secret: s.GetName(), Reason: why})
 			continue
 		}
+		if r.images != "" {
+			if r.Images, err = unpackImages(r.images); err != nil {
+				h.Skipped = append(h.Skipped, Skipped{Secret: s.GetName(), Reason: err.Error()})
+				continue
+			}
+		}
 		h.Revisions = append(h.Revisions, r)
 	}
 	slices.SortFunc(h.Revisions, func(a, b Revision) int { return a.Number - b.Number })
@@ -270,10 +278,11 @@ func revisionOf(s *unstructured.Unstructured, n int) Revision {
 	objects, _ := strconv.Atoi(a[annotationObjects])
 	r := Revision{Number: n, Time: when, Description: a[annotationDescription], Status: Status(a[annotationStatus]),
 		Tooling: a[annotationTooling], Secret: s.GetName(), Objects: objects}
+	r.data, _, _ = unstructured.NestedString(s.Object, "data", revisionKey)
+	r.images, _, _ = unstructured.NestedString(s.Object, "data", imagesKey)
 	if a[annotationImages] != "" {
 		r.Images = strings.Split(a[annotationImages], ",")
 	}
-	r.data, _, _ = unstructured.NestedString(s.Object, "data", revisionKey)
 	return r
 }
 

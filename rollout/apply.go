@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
@@ -141,12 +145,17 @@ func ContextName(objects []*unstructured.Unstructured) (string, error) {
 	return name, nil
 }
 
-// members are copies of the objects labelled as the set's.
+// members are copies of the objects labelled as the set's: new top-level and metadata maps, the
+// rest shared (Apply changes nothing below metadata), so that a large application is not held
+// twice.
 func members(objects []*unstructured.Unstructured, set Set) []*unstructured.Unstructured {
 	out := make([]*unstructured.Unstructured, 0, len(objects))
 	for _, obj := range objects {
-		m := obj.DeepCopy()
-		labels := m.GetLabels()
+		m := &unstructured.Unstructured{Object: maps.Clone(obj.Object)}
+		if md, ok := obj.Object["metadata"].(map[string]any); ok {
+			m.Object["metadata"] = maps.Clone(md)
+		}
+		labels := maps.Clone(obj.GetLabels())
 		if labels == nil {
 			labels = map[string]string{}
 		}
@@ -164,6 +173,7 @@ type applier struct {
 	set      Set
 	res      *Result
 	releases map[string]*HelmRelease // by namespace/name
+	inv      inventory
 }
 
 // run follows kubectl's ApplySet protocol: the parent first records the union of what the set
@@ -215,71 +225,198 @@ func (a *applier) run(ctx context.Context, objects []*unstructured.Unstructured)
 	return a.reportReleases(ctx)
 }
 
+// pending is an object about to be applied, with its resource and what the LIST found of it.
+type pending struct {
+	obj     *unstructured.Unstructured
+	mapping *meta.RESTMapping
+	live    *found // nil: it does not exist
+}
+
+// outcome is what applying one object did.
+type outcome struct {
+	ref     Ref
+	applied *Applied
+	adopted *HelmRelease
+	err     error
+}
+
+// applyAll applies the objects of one stage: independent of each other, so at once, as many in
+// flight as the run's client allows (cluster.MaxInFlight), each with one PATCH. The first
+// failure, in the objects' order, stops what has not begun; what is in flight finishes, so that
+// Result.Applied says exactly what the cluster took.
 func (a *applier) applyAll(ctx context.Context, objects []*unstructured.Unstructured) error {
-	for _, obj := range objects {
-		if err := a.apply(ctx, obj); err != nil {
-			return err
+	if len(objects) == 0 {
+		return nil
+	}
+	targets, err := a.pending(ctx, objects)
+	if err != nil {
+		return err
+	}
+	outcomes := make([]outcome, len(targets))
+	var failed atomic.Bool
+	var g errgroup.Group
+	g.SetLimit(kube.MaxInFlight)
+	for i, t := range targets {
+		if failed.Load() {
+			break
+		}
+		g.Go(func() error {
+			outcomes[i] = a.apply(ctx, t)
+			if outcomes[i].err != nil {
+				failed.Store(true)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for _, o := range outcomes {
+		if o.adopted != nil {
+			// adopted even where the apply after was refused: Helm's metadata is gone from it
+			a.res.Adopted = append(a.res.Adopted, o.ref)
+			a.releases[o.adopted.Namespace+"/"+o.adopted.Name] = o.adopted
+		}
+		if o.applied != nil && o.err == nil {
+			a.res.Applied = append(a.res.Applied, *o.applied)
+		}
+	}
+	for _, o := range outcomes {
+		if o.err != nil {
+			return o.err
 		}
 	}
 	return nil
 }
 
-// apply server-side applies one object, adopting it first if a Helm release made it.
-func (a *applier) apply(ctx context.Context, obj *unstructured.Unstructured) error {
-	m, err := a.mapping(ctx, obj.GroupVersionKind())
-	if err != nil {
-		return err
-	}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		if obj.GetNamespace() == "" {
-			obj.SetNamespace(a.opts.Namespace)
+// pending resolves the objects' resources, sets their namespaces, and lists each resource and
+// namespace they go to that this run has not listed yet.
+func (a *applier) pending(ctx context.Context, objects []*unstructured.Unstructured) ([]pending, error) {
+	targets := make([]pending, len(objects))
+	names := map[place]map[string]bool{}
+	for i, obj := range objects {
+		m, err := a.mapping(ctx, obj.GroupVersionKind())
+		if err != nil {
+			return nil, err
 		}
-	} else {
-		obj.SetNamespace("")
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			if obj.GetNamespace() == "" {
+				obj.SetNamespace(a.opts.Namespace)
+			}
+		} else {
+			obj.SetNamespace("")
+		}
+		targets[i] = pending{obj: obj, mapping: m}
+		p := place{m.Resource, obj.GetNamespace()}
+		if names[p] == nil {
+			names[p] = map[string]bool{}
+		}
+		names[p][obj.GetName()] = true
 	}
-	ref := RefOf(obj)
-	ri := a.c.resource(m, obj.GetNamespace())
-	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		live = nil
-	case err != nil:
-		return fmt.Errorf("get %s: %w", ref, err)
+	if err := a.listAll(ctx, targets, names); err != nil {
+		return nil, err
 	}
-	force, before := a.opts.Force, live
-	if r, ok := helmRelease(live); ok {
-		a.res.Adopted = append(a.res.Adopted, ref)
-		a.releases[r.Namespace+"/"+r.Name] = r
+	for i, t := range targets {
+		l, _ := a.inv.get(place{t.mapping.Resource, t.obj.GetNamespace()})
+		targets[i].live = l.objects[t.obj.GetName()]
+	}
+	return targets, nil
+}
+
+// listAll lists, at once, each place of targets not listed yet.
+func (a *applier) listAll(ctx context.Context, targets []pending, names map[place]map[string]bool) error {
+	var g errgroup.Group
+	g.SetLimit(kube.MaxInFlight)
+	for _, t := range targets {
+		p := place{t.mapping.Resource, t.obj.GetNamespace()}
+		if _, ok := a.inv.get(p); ok {
+			continue
+		}
+		a.inv.put(p, nil) // listed once, whatever the targets
+		g.Go(func() error {
+			l, err := list(ctx, a.c, a.set, t.mapping, p.namespace, names[p], a.opts.DryRun)
+			if err != nil {
+				return err
+			}
+			a.inv.put(p, l)
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// apply server-side applies one object, adopting it first if a Helm release made it.
+func (a *applier) apply(ctx context.Context, t pending) outcome {
+	obj, ref := t.obj, RefOf(t.obj)
+	ri := a.c.resource(t.mapping, obj.GetNamespace())
+	out := outcome{ref: ref}
+	force, live := a.opts.Force, t.live
+	if live != nil && live.helm != nil {
+		release := live.helm
 		if a.opts.DryRun {
 			// the real run moves Helm's fields to toa before applying: no conflict with Helm
 			force = true
-		} else if live, err = adopt(ctx, ri, live); err != nil {
-			return fmt.Errorf("adopt %s from Helm release %s: %w", ref, r.Name, err)
+		} else {
+			adopted, err := adopt(ctx, ri, live.obj)
+			if err != nil {
+				out.err = fmt.Errorf("adopt %s from Helm release %s: %w", ref, live.helm.Name, err)
+				return out
+			}
+			live = &found{uid: adopted.GetUID(), rv: adopted.GetResourceVersion(), member: live.member, sum: sumOf(adopted)}
 		}
-		a.opts.logf("adopted %s from Helm release %s", ref, r.Name)
+		out.adopted = release
+		a.opts.logf("adopted %s from Helm release %s", ref, out.adopted.Name)
 	}
 	data, err := obj.MarshalJSON()
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", ref, err)
+		out.err = fmt.Errorf("encode %s: %w", ref, err)
+		return out
 	}
 	po := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict"}
 	if a.opts.DryRun {
 		po.DryRun = []string{metav1.DryRunAll}
 	}
-	out, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, po)
+	answer, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, po)
 	if err != nil {
-		if cs := conflicts(err); apierrors.IsConflict(err) && len(cs) > 0 {
-			return &ConflictError{Object: ref, Conflicts: cs}
-		}
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			return fault.BadInput(fmt.Errorf("apply %s: %w", ref, err))
-		}
-		return fmt.Errorf("apply %s: %w", ref, err)
+		out.err = applyError(ref, err)
+		return out
 	}
-	change := changeOf(live, out)
+	change := a.changeOf(live, answer)
 	a.opts.logf("%s %s", ref, change)
-	a.res.Applied = append(a.res.Applied, Applied{Ref: ref, Change: change, Object: out, Live: before})
-	return nil
+	// what the apply's callers read of the answer (the wait, the diff) is not its managed fields,
+	// often half of it
+	answer.SetManagedFields(nil)
+	applied := Applied{Ref: ref, Change: change, Object: answer}
+	if a.opts.DryRun && live != nil {
+		applied.Live = live.obj
+	}
+	out.applied = &applied
+	return out
+}
+
+// applyError is an apply's refusal in the words of its cause.
+func applyError(ref Ref, err error) error {
+	if cs := conflicts(err); apierrors.IsConflict(err) && len(cs) > 0 {
+		return &ConflictError{Object: ref, Conflicts: cs}
+	}
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return fault.BadInput(fmt.Errorf("apply %s: %w", ref, err))
+	}
+	return fmt.Errorf("apply %s: %w", ref, err)
+}
+
+// changeOf says what the apply whose answer is after did to an object as the LIST found it: the
+// same resourceVersion is the same object; another with the same fields is a write of status or
+// bookkeeping by someone else. A dry run's answer keeps the live resourceVersion, so its fields
+// are compared whole.
+func (a *applier) changeOf(live *found, after *unstructured.Unstructured) Change {
+	switch {
+	case live == nil:
+		return Created
+	case a.opts.DryRun:
+		return changeOf(live.obj, after)
+	case live.rv == after.GetResourceVersion() || live.sum == sumOf(after):
+		return Unchanged
+	}
+	return Configured
 }
 
 // changeOf compares an object before and after an apply, leaving out what changes without the

@@ -1,12 +1,20 @@
 package rollout
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/toa-deploy/toa-deploy/cluster/clustertest"
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
@@ -95,5 +103,32 @@ func TestChangeOf(t *testing.T) {
 	}
 	if c := changeOf(live, changed); c != Configured {
 		t.Errorf("changeOf(data) = %s", c)
+	}
+}
+
+// An object adopted from a Helm release whose apply is then refused is reported adopted, and
+// the refusal is the error (before, the adopted object's result was read from the apply that
+// did not happen).
+func TestAdoptedThenRefused(t *testing.T) {
+	ctx := context.Background()
+	helmMade := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "namespace": "ns",
+			"labels":      map[string]any{helmManagedByLabel: "Helm"},
+			"annotations": map[string]any{helmNameAnnotation: "shop", helmNamespaceAnnotation: "ns"}}}}
+	k := clustertest.New(helmMade)
+	k.Dynamic.(*dynamicfake.FakeDynamicClient).PrependReactor("patch", "configmaps", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if pa, ok := action.(clienttesting.PatchActionImpl); ok && pa.GetPatchType() == types.ApplyPatchType {
+			return true, nil, apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "c", nil)
+		}
+		return false, nil, nil
+	})
+	res, err := Apply(ctx, k, []*unstructured.Unstructured{object("v1", "ConfigMap", "c", map[string]any{LabelContext: "shop"})},
+		Options{Namespace: "ns", Prune: true})
+	var input *fault.Input
+	if !errors.As(err, &input) || !strings.Contains(err.Error(), "apply configmap/c") {
+		t.Fatalf("Apply = %v, want the refusal as bad input", err)
+	}
+	if len(res.Adopted) != 1 || res.Adopted[0].Name != "c" || len(res.Applied) != 0 {
+		t.Errorf("adopted %v, applied %v; want c adopted and nothing applied", res.Adopted, res.Applied)
 	}
 }

@@ -7,23 +7,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
 )
 
 // client is the run's cluster.Client as apply, prune, delete and wait use it: the dynamic
-// client, the typed one for the kinds the wait reads, and the REST mapper, reset when CRDs are
-// added.
+// client, the typed one for the kinds the wait reads, the metadata one for what exists, and the
+// REST mapper, reset when CRDs are added.
 type client struct {
 	dyn    dynamic.Interface
 	cs     kubernetes.Interface
+	md     metadata.Interface
 	mapper meta.ResettableRESTMapper
 }
 
 // clientOf is the run's client as this package's own.
 func clientOf(k *kube.Client) *client {
-	return &client{dyn: k.Dynamic, cs: k.Typed, mapper: k.Mapper}
+	return &client{dyn: k.Dynamic, cs: k.Typed, md: k.Metadata, mapper: k.Mapper}
 }
 
 // mapping finds the resource of a kind; a kind the cluster does not serve is the input's fault.

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -24,33 +22,24 @@ func (e *NotHeldError) Error() string {
 }
 
 // held checks, before anything is applied, that each object is one the set holds or may create
-// in its own namespace (Options.OnlyOwn).
+// in its own namespace (Options.OnlyOwn), from the LISTs the apply reads anyway.
 func (a *applier) held(ctx context.Context, objects []*unstructured.Unstructured) error {
+	targets, err := a.pending(ctx, objects)
+	if err != nil {
+		return err
+	}
 	var refused []string
-	for _, obj := range objects {
-		m, err := a.c.mapping(obj.GroupVersionKind())
-		if err != nil {
-			return err
-		}
-		namespace, scoped := obj.GetNamespace(), m.Scope.Name() == meta.RESTScopeNameNamespace
-		if scoped && namespace == "" {
-			namespace = a.opts.Namespace
-		}
-		if !scoped {
-			namespace = ""
-		}
-		ref := RefOf(obj).String()
-		live, err := a.c.resource(m, namespace).Get(ctx, obj.GetName(), metav1.GetOptions{})
+	for _, t := range targets {
+		namespace, scoped := t.obj.GetNamespace(), t.mapping.Scope.Name() == meta.RESTScopeNameNamespace
+		ref := RefOf(t.obj).String()
 		switch {
-		case apierrors.IsNotFound(err) && scoped && namespace == a.opts.Namespace:
+		case t.live == nil && scoped && namespace == a.opts.Namespace:
 			// new in the application's own namespace: a rollback may bring it back
-		case apierrors.IsNotFound(err) && !scoped:
+		case t.live == nil && !scoped:
 			refused = append(refused, ref+": cluster-scoped, and the application holds none of that name")
-		case apierrors.IsNotFound(err):
+		case t.live == nil:
 			refused = append(refused, fmt.Sprintf("%s: in namespace %s, which is not the application's, and the application holds none of that name there", ref, namespace))
-		case err != nil:
-			return fmt.Errorf("get %s: %w", ref, err)
-		case live.GetLabels()[LabelPartOf] != a.set.ID:
+		case !t.live.member:
 			refused = append(refused, fmt.Sprintf("%s: exists and is not a member of the application (label %s)", ref, LabelPartOf))
 		}
 	}

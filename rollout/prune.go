@@ -47,14 +47,23 @@ type member struct {
 	ref     Ref
 	mapping *meta.RESTMapping
 	uid     types.UID
-	obj     *unstructured.Unstructured
+	obj     *unstructured.Unstructured // whole, for a dry run's diff; nil otherwise
 }
 
 // listMembers lists the objects of the kinds, in the namespaces, that carry the set's part-of
 // label: nothing else is ever pruned or deleted. Kinds the cluster no longer serves are skipped.
-func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKind, namespaces []string, logf func(string, ...any)) ([]member, error) {
+// listed, when it holds a place, gives its members instead of a LIST (an apply listed it
+// already). whole keeps the objects whole (a dry run's diff shows them).
+func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKind, namespaces []string, logf func(string, ...any),
+	listed func(place) (*listing, bool), whole bool) ([]member, error) {
 	var out []member
 	seen := map[string]bool{}
+	add := func(m member) {
+		if !seen[m.ref.key()] {
+			seen[m.ref.key()] = true
+			out = append(out, m)
+		}
+	}
 	for _, gk := range uniqKinds(kinds) {
 		m, err := c.mapper.RESTMapping(gk)
 		if meta.IsNoMatchError(err) {
@@ -69,18 +78,26 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 			where = []string{""}
 		}
 		for _, ns := range where {
+			if l, ok := listed(place{m.Resource, ns}); ok && l != nil {
+				for _, mem := range l.members {
+					add(mem)
+				}
+				continue
+			}
 			list, err := c.resource(m, ns).List(ctx, metav1.ListOptions{LabelSelector: LabelPartOf + "=" + set.ID})
 			if err != nil {
 				return nil, fmt.Errorf("list the set's %s in %q: %w", m.Resource.Resource, ns, err)
 			}
 			for i := range list.Items {
 				obj := &list.Items[i]
-				ref := RefOf(obj)
-				if obj.GetLabels()[LabelPartOf] != set.ID || seen[ref.key()] {
+				if obj.GetLabels()[LabelPartOf] != set.ID {
 					continue
 				}
-				seen[ref.key()] = true
-				out = append(out, member{ref: ref, mapping: m, uid: obj.GetUID(), obj: obj})
+				mem := member{ref: RefOf(obj), mapping: m, uid: obj.GetUID()}
+				if whole {
+					mem.obj = obj
+				}
+				add(mem)
 			}
 		}
 	}
@@ -108,7 +125,7 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 	for _, obj := range a.res.Applied {
 		applied[obj.key()] = true
 	}
-	all, err := listMembers(ctx, a.c, a.set, kinds, namespaces, a.opts.logf)
+	all, err := listMembers(ctx, a.c, a.set, kinds, namespaces, a.opts.logf, a.inv.get, a.opts.DryRun)
 	if err != nil {
 		return err
 	}
@@ -123,7 +140,9 @@ func (a *applier) prune(ctx context.Context, kinds []schema.GroupKind, namespace
 		}
 		a.opts.logf("%s pruned", m.ref)
 		a.res.Pruned = append(a.res.Pruned, m.ref)
-		a.res.PrunedObjects = append(a.res.PrunedObjects, m.obj)
+		if a.opts.DryRun {
+			a.res.PrunedObjects = append(a.res.PrunedObjects, m.obj)
+		}
 	}
 	return nil
 }
@@ -154,7 +173,8 @@ func deleteWith(ctx context.Context, c *client, objects []*unstructured.Unstruct
 			namespaces = append(namespaces, obj.GetNamespace())
 		}
 	}
-	all, err := listMembers(ctx, c, set, kinds, namespaces, opts.logf)
+	none := func(place) (*listing, bool) { return nil, false }
+	all, err := listMembers(ctx, c, set, kinds, namespaces, opts.logf, none, false)
 	if err != nil {
 		return res, err
 	}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -74,11 +75,32 @@ type target struct {
 	ref      Ref
 	pruned   bool // wait until it is gone
 	seen     bool
-	objects  cache.Store // the informer of its kind in its namespace
-	rss      cache.Store // a Deployment's ReplicaSets
-	pods     cache.Store // a workload's pods, by its selector
+	objects  cache.Store     // the informer of its kind in its namespace
+	selector labels.Selector // a workload's pods (and a Deployment's ReplicaSets); nil for others
+	inNS     *inNamespace    // the pods and ReplicaSets of its namespace
 	last     Status
 	reported bool
+}
+
+// inNamespace are the stores of a namespace's pods and ReplicaSets, each watched once.
+type inNamespace struct {
+	pods, rss cache.Indexer
+}
+
+// pods are the pods its selector matches, for a workload.
+func (t *target) pods() []*corev1.Pod {
+	if t.inNS == nil {
+		return nil
+	}
+	return selected[*corev1.Pod](t.inNS.pods, t.selector)
+}
+
+// replicaSets are the ReplicaSets its selector matches, for a Deployment.
+func (t *target) replicaSets() []*appsv1.ReplicaSet {
+	if t.inNS == nil {
+		return nil
+	}
+	return selected[*appsv1.ReplicaSet](t.inNS.rss, t.selector)
 }
 
 func (t *target) status() Status {
@@ -114,6 +136,10 @@ func Wait(ctx context.Context, k *kube.Client, res *Result, opts WaitOptions) er
 	}
 	return waitFor(ctx, clientOf(k), res, opts)
 }
+
+// Awaits is how many objects Wait would await after res: those with a rollout, and the
+// workloads it pruned.
+func Awaits(res *Result) int { return len(targetsOf(res)) }
 
 // targetsOf are the objects a result applied whose kind has a rollout, and the workloads it
 // pruned; none for a dry run.
@@ -161,7 +187,7 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 		i := slices.IndexFunc(targets, func(t *target) bool {
 			return t.ref.Kind == kind && t.ref.Namespace == namespace && t.ref.Name == name
 		})
-		if i < 0 || targets[i].pods == nil {
+		if i < 0 || targets[i].selector == nil {
 			return nil
 		}
 		return targets[i]
@@ -174,7 +200,7 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 		if t == nil {
 			return
 		}
-		pods := items[*corev1.Pod](t.pods)
+		pods := t.pods()
 		if f.Pod != "" {
 			pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return p.Name != f.Pod })
 		} else {
@@ -184,7 +210,7 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 	case errors.As(err, &a):
 		for i, s := range a.Objects {
 			if t := find(s.Kind, s.Namespace, s.Name); t != nil {
-				a.Objects[i].Pods = reportPods(ctx, cs, unready(items[*corev1.Pod](t.pods)))
+				a.Objects[i].Pods = reportPods(ctx, cs, unready(t.pods()))
 			}
 		}
 	}
@@ -198,8 +224,9 @@ type watches struct {
 }
 
 // watchTargets starts the informers of a wait, which run until ctx ends: the set's objects of
-// each awaited kind, one informer per kind and namespace, and each applied workload's pods (and
-// a Deployment's ReplicaSets) by its selector.
+// each awaited kind, one informer per kind and namespace, and where workloads are awaited the
+// namespace's pods (and, for Deployments, its ReplicaSets), one informer each per namespace,
+// in which each workload finds its own by its selector.
 func watchTargets(ctx context.Context, c *client, res *Result, targets []*target) (*watches, error) {
 	w := &watches{objects: map[string]cache.Store{}, kick: make(chan struct{}, 1)}
 	partOf := LabelPartOf + "=" + res.Set.ID
@@ -216,23 +243,37 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 		}
 		t.objects = w.objects[key]
 	}
+	applied := make(map[string]*unstructured.Unstructured, len(res.Applied))
+	for _, a := range res.Applied {
+		if a.Object != nil {
+			applied[a.key()] = a.Object
+		}
+	}
+	namespaces := map[string]*inNamespace{}
 	for _, t := range targets {
 		if t.pruned || !workload(t.ref.GroupKind()) {
 			continue
 		}
-		selector, err := selectorOf(res, t)
-		if err != nil {
+		var err error
+		if t.selector, err = selectorOf(applied, t); err != nil {
 			return nil, err
 		}
-		tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
-		if t.ref.GroupKind() == deploymentKind {
-			if t.rss, err = w.start(ctx, appsinformers.NewFilteredReplicaSetInformer(c.cs, t.ref.Namespace, 0, cache.Indexers{}, tweak)); err != nil {
+		ns := namespaces[t.ref.Namespace]
+		if ns == nil {
+			ns = &inNamespace{}
+			namespaces[t.ref.Namespace] = ns
+			inf := coreinformers.NewFilteredPodInformer(c.cs, t.ref.Namespace, 0, labelIndexers, nil)
+			if ns.pods, err = w.startIndexed(ctx, inf); err != nil {
 				return nil, err
 			}
 		}
-		if t.pods, err = w.start(ctx, coreinformers.NewFilteredPodInformer(c.cs, t.ref.Namespace, 0, cache.Indexers{}, tweak)); err != nil {
-			return nil, err
+		if t.ref.GroupKind() == deploymentKind && ns.rss == nil {
+			inf := appsinformers.NewFilteredReplicaSetInformer(c.cs, t.ref.Namespace, 0, labelIndexers, nil)
+			if ns.rss, err = w.startIndexed(ctx, inf); err != nil {
+				return nil, err
+			}
 		}
+		t.inNS = ns
 	}
 	return w, nil
 }
@@ -260,8 +301,20 @@ func objectInformer(c *client, ref Ref, labelSelector string) (cache.SharedIndex
 	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{}), nil
 }
 
-// start runs an informer whose every event kicks the loop, and returns its store.
+// startIndexed is start, for a store read through its indexes.
+func (w *watches) startIndexed(ctx context.Context, inf cache.SharedIndexInformer) (cache.Indexer, error) {
+	if _, err := w.start(ctx, inf); err != nil {
+		return nil, err
+	}
+	return inf.GetIndexer(), nil
+}
+
+// start runs an informer whose every event kicks the loop, and returns its store; what no
+// verdict reads is dropped from each object first (slim).
 func (w *watches) start(ctx context.Context, inf cache.SharedIndexInformer) (cache.Store, error) {
+	if err := inf.SetTransform(slim); err != nil {
+		return nil, err
+	}
 	notify := func() {
 		select {
 		case w.kick <- struct{}{}:
@@ -362,53 +415,42 @@ func (t *target) check(now time.Time, grace time.Duration) (Status, time.Time, e
 
 // verdict is the verdict of the object's kind on it, with the pods it owns.
 func (t *target) verdict(obj any, now time.Time, grace time.Duration) State {
-	pods := func() []*corev1.Pod { return items[*corev1.Pod](t.pods) }
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		return Check(o, items[*appsv1.ReplicaSet](t.rss), pods(), now, grace)
+		return Check(o, t.replicaSets(), t.pods(), now, grace)
 	case *appsv1.StatefulSet:
-		return CheckStatefulSet(o, pods(), now, grace)
+		return CheckStatefulSet(o, t.pods(), now, grace)
 	case *appsv1.DaemonSet:
-		return CheckDaemonSet(o, pods(), now, grace)
+		return CheckDaemonSet(o, t.pods(), now, grace)
 	case *batchv1.Job:
-		return CheckJob(o, pods(), now, grace)
+		return CheckJob(o, t.pods(), now, grace)
 	case *unstructured.Unstructured:
 		return CheckConditions(o)
 	}
 	return State{Done: true, Message: fmt.Sprintf("not awaited: an object of type %T", obj)}
 }
 
-func items[T runtime.Object](store cache.Store) []T {
-	var out []T
-	for _, obj := range store.List() {
-		if o, ok := obj.(T); ok {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
 // selectorOf is the pod selector of an applied workload, from the object the apply returned
 // (for a Job, the selector the API server gave it).
-func selectorOf(res *Result, t *target) (string, error) {
-	i := slices.IndexFunc(res.Applied, func(a Applied) bool { return a.key() == t.ref.key() && a.Object != nil })
+func selectorOf(applied map[string]*unstructured.Unstructured, t *target) (labels.Selector, error) {
+	obj := applied[t.ref.key()]
 	what := t.status().words()
-	if i < 0 {
-		return "", fmt.Errorf("%s: not among the applied objects", what)
+	if obj == nil {
+		return nil, fmt.Errorf("%s: not among the applied objects", what)
 	}
-	m, found, err := unstructured.NestedMap(res.Applied[i].Object.Object, "spec", "selector")
+	m, found, err := unstructured.NestedMap(obj.Object, "spec", "selector")
 	if err != nil || !found {
-		return "", fmt.Errorf("%s: the applied object has no spec.selector", what)
+		return nil, fmt.Errorf("%s: the applied object has no spec.selector", what)
 	}
 	var ls metav1.LabelSelector
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &ls); err != nil {
-		return "", fmt.Errorf("read the selector of %s: %w", what, err)
+		return nil, fmt.Errorf("read the selector of %s: %w", what, err)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&ls)
 	if err != nil {
-		return "", fmt.Errorf("%s: selector: %w", what, err)
+		return nil, fmt.Errorf("%s: selector: %w", what, err)
 	}
-	return sel.String(), nil
+	return sel, nil
 }
 
 // waitEnd is the error of a wait whose context ended: what was still awaited when the deadline

@@ -5,9 +5,11 @@
 # Markdown tables of medians and ratios, and keeps that output in $TOA_CACHE/bench/last.md;
 # BENCHMARKS.md holds the latest one with the notes on every target missed.
 #
-# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8,9,10) which ones,
+# BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8,9,10,11) which ones,
 # BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes),
-# BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes).
+# BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes),
+# BENCH_LARGE_SIZES (default 100,300,1000) item 10's compositions, BENCH_LARGE_TOOLS (default toa-apply,kubectl,helm) its tools,
+# BENCH_SCALE_SIZES (default 300,1000) item 3's larger applications (no-change push and --plan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOA_CACHE="${TOA_CACHE:-$HOME/.cache/toa-deploy}"
@@ -68,8 +70,12 @@ for arch in amd64 arm64; do
   bash testdata/bases/build.sh "$arch" >/dev/null || say "no Debian base for $arch: item 8 fails"
 done
 
+# --- Helm v3 for item 10, built from its Go module (testdata/tools/helm.sh; idempotent)
+export HELM
+HELM=$(bash testdata/tools/helm.sh | cut -d' ' -f2) || say "no helm: item 10 measures toa-apply and kubectl alone"
+
 # --- the measurements
 out="$cache/last.md"
-go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7,8,9,10}" | tee "$out.partial"
+go run ./bench -runs "${BENCH_RUNS:-5}" -push-runs "${BENCH_PUSH_RUNS:-3}" -items "${BENCH_ITEMS:-1,2,3,4,5,6,7,8,9,10,11}" | tee "$out.partial"
 mv "$out.partial" "$out"
 say "the tables are in $out"

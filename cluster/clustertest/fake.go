@@ -3,6 +3,7 @@
 package clustertest
 
 import (
+	"context"
 	"encoding/json"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -10,11 +11,13 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/toa-deploy/toa-deploy/cluster"
 )
@@ -112,5 +115,36 @@ func New(objects ...runtime.Object) *cluster.Client {
 		}
 		return true, obj, err
 	})
-	return &cluster.Client{Dynamic: dyn, Typed: fake.NewClientset(), Mapper: fakeMapper{m}, Host: "fake"}
+	return &cluster.Client{Dynamic: dyn, Typed: fake.NewClientset(), Metadata: metadataOf(dyn), Mapper: fakeMapper{m}, Host: "fake"}
+}
+
+// metadataOf is a metadata client that lists what the dynamic fake holds, as the API server's
+// metadata answers do: the objects' metadata alone.
+func metadataOf(dyn *dynamicfake.FakeDynamicClient) *metadatafake.FakeMetadataClient {
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	md.PrependReactor("list", "*", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		la := action.(clienttesting.ListActionImpl)
+		ri := dyn.Resource(la.GetResource())
+		var list *unstructured.UnstructuredList
+		var err error
+		opts := metav1.ListOptions{LabelSelector: la.GetListRestrictions().Labels.String()}
+		if ns := la.GetNamespace(); ns != "" {
+			list, err = ri.Namespace(ns).List(context.Background(), opts)
+		} else {
+			list, err = ri.List(context.Background(), opts)
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		out := &metav1.List{} // what the fake makes its PartialObjectMetadataList of
+		for _, item := range list.Items {
+			pm := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: item.GetAPIVersion(), Kind: item.GetKind()}}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object["metadata"].(map[string]any), &pm.ObjectMeta); err != nil {
+				return true, nil, err
+			}
+			out.Items = append(out.Items, runtime.RawExtension{Object: pm})
+		}
+		return true, out, nil
+	})
+	return md
 }

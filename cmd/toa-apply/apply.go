@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -98,6 +99,7 @@ func (c *applyCommand) release(k *cluster.Client, namespace string, log *logrus.
 			HistoryMax:        c.HistoryMax,
 			Explain:           c.explainer(),
 			OnApplied: func(res *rollout.Result) {
+				view.expect(res)
 				c.report(c.stdout(), res)
 				warnHelm(log, res)
 			},
@@ -216,20 +218,36 @@ func warnHelm(log *logrus.Logger, res *rollout.Result) {
 	}
 }
 
-// progress shows what the wait is waiting for, a line per Deployment (cli.Display): redrawn in
-// place on a terminal, a plain line per change elsewhere (CI logs, -o json), each with the time
-// since the wait began.
+// progress shows what the wait is waiting for, a line per awaited object (cli.Display): redrawn
+// in place on a terminal, a plain line per change elsewhere (CI logs, -o json), each with the time
+// since the wait began. On a terminal, more objects than fit a screen (a large application's
+// thousand Deployments) are one line of counts instead, with the latest news and each failure.
 type progress struct {
 	display *cli.Display
+	live    bool
 	start   time.Time
+
+	mu       sync.Mutex
+	summary  bool            // one line of counts, not a line per object
+	statuses map[string]bool // by object: done
 }
+
+// liveLines is how many objects a terminal shows a line each.
+const liveLines = 20
 
 func newProgress(w *os.File, live bool) *progress {
 	d := cli.NewPlainDisplay(w)
 	if live {
 		d = cli.NewDisplay(w)
 	}
-	return &progress{display: d, start: time.Now()}
+	return &progress{display: d, live: live, start: time.Now(), statuses: map[string]bool{}}
+}
+
+// expect says what the next wait awaits, before it begins.
+func (p *progress) expect(res *rollout.Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.summary = p.live && rollout.Awaits(res) > liveLines
 }
 
 func (p *progress) update(s rollout.Status) {
@@ -240,5 +258,21 @@ func (p *progress) update(s rollout.Status) {
 	case s.Done:
 		mark = "✓ "
 	}
-	p.display.Set(s.Object(), fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, time.Since(p.start).Seconds()))
+	elapsed := time.Since(p.start).Seconds()
+	p.mu.Lock()
+	summary := p.summary
+	p.statuses[s.Object()] = s.Done
+	done := 0
+	for _, d := range p.statuses {
+		if d {
+			done++
+		}
+	}
+	total := len(p.statuses)
+	p.mu.Unlock()
+	if !summary || s.Failure != nil {
+		p.display.Set(s.Object(), fmt.Sprintf("%s%s [%.1fs]", mark, s.Message, elapsed))
+		return
+	}
+	p.display.Set("rollout", fmt.Sprintf("%d of %d done [%.1fs]; %s: %s%s", done, total, elapsed, s.Object(), mark, s.Message))
 }

@@ -91,9 +91,19 @@ func (c *applyCommand) history(ctx context.Context, w io.Writer, log *logrus.Log
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "REVISION\tUPDATED\tSTATUS\tDESCRIPTION\tOBJECTS\tIMAGES")
 	for _, r := range revs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", r.Number, r.Time.Local().Format(time.DateTime), r.Status, r.Description, r.Objects, strings.Join(r.Images, " "))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", r.Number, r.Time.Local().Format(time.DateTime), r.Status, r.Description, r.Objects, imagesColumn(r.Images))
 	}
 	return tw.Flush()
+}
+
+// imagesColumn is a revision's images as --history shows them: all of a few, the first of many
+// and how many more (-o json lists every one).
+func imagesColumn(images []string) string {
+	const shown = 3
+	if len(images) <= shown {
+		return strings.Join(images, " ")
+	}
+	return fmt.Sprintf("%s (and %d more: -o json lists them)", strings.Join(images[:shown], " "), len(images)-shown)
 }
 
 // diff prints what an apply would change, as kubectl diff: exit 0 the same, 1 differences, 2 or

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -417,5 +418,40 @@ func TestTerminatingNamespace(t *testing.T) {
 	}
 	if _, err := c.cs.AppsV1().Deployments(c.ns).Get(ctx, "composition-carts", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Deployment: %v, want none", err)
+	}
+}
+
+// An application larger than a revision can hold (100 ConfigMaps of 16 KiB that do not compress:
+// 1.2 MiB gzipped) is refused before anything of it is applied, not applied and left unrecorded.
+func TestTooLargeToRecord(t *testing.T) {
+	c := newOnCluster(t)
+	dir := t.TempDir()
+	var docs []string
+	rng := rand.New(rand.NewPCG(38, 1))
+	letters := "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	for i := range 100 {
+		b := make([]byte, 16<<10)
+		for j := range b {
+			b[j] = letters[rng.IntN(len(letters))]
+		}
+		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big-%03d}\ndata: {blob: %s}\n", i, b))
+	}
+	files := map[string]string{
+		"kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [big.yaml]\nlabels:\n- pairs: {toa/context: demo}\n",
+		"big.yaml":           strings.Join(docs, "---\n"),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := c.run(t, dir)
+	r.check(t, "an application too large to record", 2, time.Minute, "more than a Secret holds", "split the application", "nothing was applied")
+	ctx := context.Background()
+	if list, err := c.cs.CoreV1().ConfigMaps(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "toa/context=demo"}); err != nil || len(list.Items) != 0 {
+		t.Errorf("ConfigMaps applied: %d, %v; want none", len(list.Items), err)
+	}
+	if _, err := c.cs.CoreV1().Secrets(c.ns).Get(ctx, "toa-demo", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ApplySet parent: %v, want none", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,13 @@ func (c *applyCommand) stdout() io.Writer {
 func main() {
 	if code, supervised := cli.Supervise("toa-apply"); supervised {
 		os.Exit(code)
+	}
+	if os.Getenv("GOGC") == "" {
+		// most of what toa-apply allocates is kustomize's garbage (a render of 1,000
+		// compositions allocates gigabytes to keep tens of megabytes): a collection when the
+		// heap has grown by half, not doubled, takes 35 MiB off its peak there (175 MiB to 140)
+		// for no time that shows
+		debug.SetGCPercent(50)
 	}
 	ctx, stop := cli.SignalContext(context.Background(), "toa-apply")
 	defer stop()

@@ -32,12 +32,13 @@ import (
 // with the build's environment), and neither the image nor the runner holds any of what it looked
 // for; the process it left is gone and named; the user's checkout is unchanged.
 func TestContainedScripts(t *testing.T) {
-	addr := harness.Registry(t)
-	debian := harness.PushDebianBase(t, addr)
-	runnerBase := harness.PushRunnerBase(t, addr)
+	// each case its own registry: the same application on the same base would find its images
+	// pushed by the case before
+	debian := func(t *testing.T, addr string) string { return harness.PushDebianBase(t, addr) }
+	runnerBase := func(t *testing.T, addr string) string { return harness.PushRunnerBase(t, addr) }
 	for _, c := range []struct {
 		name      string
-		base      string
+		base      func(*testing.T, string) string
 		platforms string
 		user      bool
 		signKey   string // "file" or "env"
@@ -52,9 +53,11 @@ func TestContainedScripts(t *testing.T) {
 		{"the runner's own target and arm64 as root in a container", debian, "[linux/amd64, linux/arm64]", false, "file", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			addr := harness.Registry(t)
+			base := c.base(t, addr)
 			dir := copyApp(t, "contained", addr)
 			ctxFile := filepath.Join(dir, "context.toa.yaml")
-			replaceIn(t, ctxFile, addr+"/"+harness.DebianBaseRef, c.base)
+			replaceIn(t, ctxFile, addr+"/"+harness.DebianBaseRef, base)
 			replaceIn(t, ctxFile, "platforms: [linux/amd64, linux/arm64]", "platforms: "+c.platforms)
 			spied := newSpied(t, addr)
 			before := tree(t, dir)
@@ -363,9 +366,21 @@ func TestNoSandboxAsAUser(t *testing.T) {
 					syscall.Kill(pid, syscall.SIGKILL)
 				}
 			})
-			code, _, stderr = spied.pushWith(t, c.wrap, dir, spied.env, "--path", dir, "-k", filepath.Join(dir, "deployment"), "--scripts-on-runner")
+			code, stdout, stderr := spied.pushWith(t, c.wrap, dir, spied.env, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"), "--scripts-on-runner")
 			if code != 0 || !strings.Contains(stderr, "--scripts-on-runner: the install scripts") {
-				t.Errorf("--scripts-on-runner: exit %d:\n%s", code, stderr)
+				t.Fatalf("--scripts-on-runner: exit %d:\n%s", code, stderr)
+			}
+			// what the sandbox keeps from a script: on the runner, the same one finds the secrets
+			var out pushOutput
+			if err := json.Unmarshal([]byte(stdout), &out); err != nil || len(out.Images) == 0 {
+				t.Fatalf("toa-push -o json: %v\n%s", err, stdout)
+			}
+			rootfs, _ := harness.Unpacked(t, out.Images[0].Reference, "linux/amd64")
+			found, _ := os.ReadFile(filepath.Join(rootfs, "composition", "contained-app", "node_modules", "toa-test-spy", "found.json"))
+			for _, secret := range []string{"toa-secret-home-file", "toa-secret-registry"} {
+				if !strings.Contains(string(found), secret) {
+					t.Errorf("on the runner, the postinstall did not find %q: the spy misses what the sandbox hides", secret)
+				}
 			}
 		})
 	}

@@ -57,5 +57,5 @@ stop etcd
 
 # Only what up.sh made, so that a TOA_TEST_STATE pointing elsewhere by
 # mistake loses nothing else.
-rm -rf "$state/etcd" "$state/pki" "$state/logs" "$state/bin" "$state/kubeconfig" "$state/realnode.unavailable"
+rm -rf "$state/etcd" "$state/pki" "$state/logs" "$state/bin" "$state/kubeconfig" "$state/config" "$state/realnode.unavailable"
 rmdir "$state" 2>/dev/null || printf 'controlplane: left %s: it holds files up.sh did not make\n' "$state" >&2

@@ -68,6 +68,114 @@ bin=$cache/bin/$key
 ) 8>"$cache/bin/.lock"
 kubectl=$bin/kubectl
 
+pki=$state/pki
+logs=$state/logs
+
+# Fail with the tail of the component's log.
+fail() {
+	local c=$1
+	shift
+	log "$c: $*"
+	if [[ -f $logs/$c.log ]]; then
+		log "last lines of $logs/$c.log:"
+		tail -n 40 "$logs/$c.log" >&2
+	fi
+	exit 1
+}
+
+# start NAME ARGS...: runs a component in the background, in its own session
+# so that a signal to the caller's process group does not reach it.
+start() {
+	local c=$1
+	shift
+	setsid "$@" </dev/null >"$logs/$c.log" 2>&1 9>&- &
+	echo $! >"$state/$c.pid"
+}
+
+# wait_for NAME WHAT COMMAND...: polls COMMAND until it succeeds.
+wait_for() {
+	local c=$1 what=$2 deadline=$((SECONDS + timeout))
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		alive "$c" || fail "$c" "exited while waiting for $what"
+		((SECONDS < deadline)) || fail "$c" "no $what after ${timeout}s"
+		sleep 0.2
+	done
+}
+
+healthy() { curl -fsSk --max-time 2 "$1" >/dev/null; }
+
+# --- how the API server and its controllers run ----------------------------------
+
+# The three that up.sh reconfigures in place when their flags change (config,
+# below): the API server with the audit policy (audit-policy.yaml: one line per
+# request of the clients that are not the control plane, which `make bench`
+# counts by user agent), the controller manager and the scheduler with the API
+# rates kwok's own clusters give them (client-go's default of 20 a second made
+# the rollout of a thousand Deployments a measure of the controller manager's
+# rate limiter, not of the tools that asked for it).
+start_apiserver() {
+	start kube-apiserver "$bin/kube-apiserver" \
+		--etcd-servers "http://127.0.0.1:$etcd_port" \
+		--bind-address 127.0.0.1 \
+		--advertise-address 127.0.0.1 \
+		--secure-port "$api_port" \
+		--endpoint-reconciler-type none \
+		--cert-dir "$pki" \
+		--tls-cert-file "$pki/apiserver.crt" \
+		--tls-private-key-file "$pki/apiserver.key" \
+		--token-auth-file "$pki/tokens.csv" \
+		--authorization-mode RBAC \
+		--service-account-issuer https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file "$pki/sa.pub" \
+		--service-account-signing-key-file "$pki/sa.key" \
+		--service-cluster-ip-range 10.96.0.0/16 \
+		--allow-privileged \
+		--profiling=false \
+		--audit-policy-file "$here/audit-policy.yaml" \
+		--audit-log-path "$logs/audit.log" \
+		--audit-log-maxsize 100 \
+		--audit-log-maxbackup 1
+}
+
+start_controller_manager() {
+	start kube-controller-manager "$bin/kube-controller-manager" \
+		--kubeconfig "$pki/kube-controller-manager.kubeconfig" \
+		--bind-address 127.0.0.1 \
+		--secure-port "$kcm_port" \
+		--cert-dir "$pki/kube-controller-manager" \
+		--controllers '*,-nodeipam,-serviceaccount-token' \
+		--root-ca-file "$pki/ca.crt" \
+		--cluster-signing-cert-file "$pki/ca.crt" \
+		--cluster-signing-key-file "$pki/ca.key" \
+		--service-cluster-ip-range 10.96.0.0/16 \
+		--leader-elect=false \
+		--kube-api-qps 1000 \
+		--kube-api-burst 2000 \
+		--profiling=false
+}
+
+start_scheduler() {
+	start kube-scheduler "$bin/kube-scheduler" \
+		--kubeconfig "$pki/kube-scheduler.kubeconfig" \
+		--bind-address 127.0.0.1 \
+		--secure-port "$sched_port" \
+		--cert-dir "$pki/kube-scheduler" \
+		--leader-elect=false \
+		--kube-api-qps 1000 \
+		--kube-api-burst 2000 \
+		--profiling=false
+}
+
+# config: what the running three were started with. A control plane started
+# with other flags or another audit policy has the three restarted with these,
+# and nothing else: etcd, kwok, the real node and every namespace stay.
+config=$(
+	declare -f start_apiserver start_controller_manager start_scheduler
+	cat "$here/audit-policy.yaml"
+)
+config=$(sha256sum <<<"$config" | cut -c1-16)
+
 # --- already running? -----------------------------------------------------------
 
 kubeconfig=$state/kubeconfig
@@ -109,7 +217,39 @@ real_node() {
 	"$here/realnode/up.sh" || log "the real node toa-real-node is not up: $(cat "$state/realnode.unavailable" 2>/dev/null || echo "realnode/up.sh failed")"
 }
 
+# stop NAME...: SIGTERM to those components, then wait for them (SIGKILL after
+# 30 s), as down.sh stops them.
+stop() {
+	local c pid deadline
+	for c in "$@"; do
+		pid=$(cat "$state/$c.pid")
+		kill -TERM "$pid" 2>/dev/null || true
+		deadline=$((SECONDS + 30))
+		while alive "$c" && ((SECONDS < deadline)); do sleep 0.1; done
+		alive "$c" && kill -KILL "$pid" 2>/dev/null || true
+		rm -f "$state/$c.pid"
+	done
+}
+
+# reconfigure: the three restarted with this script's flags and audit policy, in
+# a few seconds; clients reconnect (informers list again), and etcd's data, the
+# nodes and every namespace stay.
+reconfigure() {
+	local began=$SECONDS
+	log "restarting kube-apiserver, kube-controller-manager and kube-scheduler: their flags or the audit policy changed ($(cat "$state/config" 2>/dev/null || echo none) -> $config)"
+	stop kube-scheduler kube-controller-manager kube-apiserver
+	start_apiserver
+	wait_for kube-apiserver "readiness on port $api_port" api_ready
+	start_controller_manager
+	start_scheduler
+	wait_for kube-controller-manager "health on port $kcm_port" healthy "https://127.0.0.1:$kcm_port/healthz"
+	wait_for kube-scheduler "health on port $sched_port" healthy "https://127.0.0.1:$sched_port/healthz"
+	echo "$config" >"$state/config"
+	log "restarted in $((SECONDS - began)) s"
+}
+
 if all_alive && api_ready && [[ $(readlink "$state/bin" 2>/dev/null) == "$bin" ]]; then
+	[[ $(cat "$state/config" 2>/dev/null) == "$config" ]] || reconfigure
 	real_node
 	report
 	exit 0
@@ -121,22 +261,8 @@ TOA_TEST_STATE=$state "$here/down.sh" >/dev/null
 # --- start ----------------------------------------------------------------------
 
 started=$(date +%s)
-pki=$state/pki
-logs=$state/logs
 mkdir -p "$pki" "$logs" "$state/etcd"
 ln -sfn "$bin" "$state/bin"
-
-# Fail with the tail of the component's log.
-fail() {
-	local c=$1
-	shift
-	log "$c: $*"
-	if [[ -f $logs/$c.log ]]; then
-		log "last lines of $logs/$c.log:"
-		tail -n 40 "$logs/$c.log" >&2
-	fi
-	exit 1
-}
 
 port_free() {
 	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -203,28 +329,6 @@ for who in kube-controller-manager kube-scheduler kwok kubelet; do
 	write_kubeconfig "$pki/$who.kubeconfig" "$who"
 done
 
-# start NAME ARGS...: runs a component in the background, in its own session
-# so that a signal to the caller's process group does not reach it.
-start() {
-	local c=$1
-	shift
-	setsid "$@" </dev/null >"$logs/$c.log" 2>&1 9>&- &
-	echo $! >"$state/$c.pid"
-}
-
-# wait_for NAME WHAT COMMAND...: polls COMMAND until it succeeds.
-wait_for() {
-	local c=$1 what=$2 deadline=$((SECONDS + timeout))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		alive "$c" || fail "$c" "exited while waiting for $what"
-		((SECONDS < deadline)) || fail "$c" "no $what after ${timeout}s"
-		sleep 0.2
-	done
-}
-
-healthy() { curl -fsSk --max-time 2 "$1" >/dev/null; }
-
 start etcd "$bin/etcd" \
 	--name toa-test \
 	--data-dir "$state/etcd" \
@@ -237,46 +341,13 @@ start etcd "$bin/etcd" \
 	--log-level warn
 wait_for etcd "health on port $etcd_port" healthy "http://127.0.0.1:$etcd_port/health"
 
-start kube-apiserver "$bin/kube-apiserver" \
-	--etcd-servers "http://127.0.0.1:$etcd_port" \
-	--bind-address 127.0.0.1 \
-	--advertise-address 127.0.0.1 \
-	--secure-port "$api_port" \
-	--endpoint-reconciler-type none \
-	--cert-dir "$pki" \
-	--tls-cert-file "$pki/apiserver.crt" \
-	--tls-private-key-file "$pki/apiserver.key" \
-	--token-auth-file "$pki/tokens.csv" \
-	--authorization-mode RBAC \
-	--service-account-issuer https://kubernetes.default.svc.cluster.local \
-	--service-account-key-file "$pki/sa.pub" \
-	--service-account-signing-key-file "$pki/sa.key" \
-	--service-cluster-ip-range 10.96.0.0/16 \
-	--allow-privileged \
-	--profiling=false
+start_apiserver
 write_kubeconfig "$kubeconfig" admin
 wait_for kube-apiserver "readiness on port $api_port" api_ready
 
-start kube-controller-manager "$bin/kube-controller-manager" \
-	--kubeconfig "$pki/kube-controller-manager.kubeconfig" \
-	--bind-address 127.0.0.1 \
-	--secure-port "$kcm_port" \
-	--cert-dir "$pki/kube-controller-manager" \
-	--controllers '*,-nodeipam,-serviceaccount-token' \
-	--root-ca-file "$pki/ca.crt" \
-	--cluster-signing-cert-file "$pki/ca.crt" \
-	--cluster-signing-key-file "$pki/ca.key" \
-	--service-cluster-ip-range 10.96.0.0/16 \
-	--leader-elect=false \
-	--profiling=false
+start_controller_manager
 
-start kube-scheduler "$bin/kube-scheduler" \
-	--kubeconfig "$pki/kube-scheduler.kubeconfig" \
-	--bind-address 127.0.0.1 \
-	--secure-port "$sched_port" \
-	--cert-dir "$pki/kube-scheduler" \
-	--leader-elect=false \
-	--profiling=false
+start_scheduler
 
 # kwok plays the shipped stages (joined at build time) and the project's own.
 kwok_config=(--config "$bin/kwok-stages.yaml")
@@ -302,6 +373,7 @@ node_ready() {
 wait_for kwok "Ready node kwok-node-0" node_ready
 wait_for kube-controller-manager "default ServiceAccount in namespace default" k get serviceaccount default -n default
 all_alive || fail kwok "a component exited"
+echo "$config" >"$state/config"
 real_node
 
 log "started in $(($(date +%s) - started)) s"

@@ -1,0 +1,69 @@
+package rollout
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// A workload finds its pods in its namespace's store by its selector, through the label index
+// where the selector has an equality, by a scan where it has none.
+func TestSelected(t *testing.T) {
+	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, labelIndexers)
+	for _, p := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"a-1", map[string]string{"app": "a", "tier": "web"}},
+		{"a-2", map[string]string{"app": "a", "tier": "worker"}},
+		{"b-1", map[string]string{"app": "b", "tier": "web"}},
+		{"none", nil},
+	} {
+		if err := store.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "ns", Labels: p.labels}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		selector metav1.LabelSelector
+		want     []string
+	}{
+		{metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}, []string{"a-1", "a-2"}},
+		{metav1.LabelSelector{MatchLabels: map[string]string{"app": "a", "tier": "web"}}, []string{"a-1"}},
+		{metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}}, []string{"a-1", "b-1"}},
+		{metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web", "worker"}}}}, []string{"a-1", "a-2", "b-1"}},
+		{metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"a"}}}}, []string{"b-1", "none"}},
+		{metav1.LabelSelector{MatchLabels: map[string]string{"app": "c"}}, nil},
+	}
+	for _, tt := range tests {
+		sel, err := metav1.LabelSelectorAsSelector(&tt.selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range selected[*corev1.Pod](store, sel) {
+			got = append(got, p.Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", sel, got, tt.want)
+		}
+	}
+}
+
+// What no verdict reads is dropped before a store keeps it.
+func TestSlim(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	out, _ := slim(p)
+	got := out.(*corev1.Pod)
+	if got.ManagedFields != nil || len(got.Spec.Containers) != 0 || got.Status.Phase != corev1.PodRunning || got.Name != "p" {
+		t.Errorf("slim pod: %+v", got)
+	}
+	if out, _ := slim(cache.DeletedFinalStateUnknown{Key: "ns/p"}); out.(cache.DeletedFinalStateUnknown).Key != "ns/p" {
+		t.Errorf("slim changed a tombstone: %v", out)
+	}
+}
