@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/errgroup"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -33,7 +33,7 @@ type Options struct {
 	// Format is the SBOM's format; None attaches no SBOM and no provenance.
 	Format Format
 	// Signer signs the images and what is attached to them; nil signs nothing.
-	Signer *Signer
+	Signer *sign.Signer
 	// Builder names toa-push and its version; ToaPush() when empty.
 	Builder Builder
 	// Context, Environment and Runtime are the application's, for provenance.
@@ -248,37 +248,12 @@ func (a *attaching) created() map[string]string {
 // sign adds the signer's signature of digest to the image under its signature tag, unless it is
 // there already.
 func (a *attaching) sign(ctx context.Context, digest string) error {
-	repo, err := name.NewRepository(a.built.Image.Repository, name.Insecure)
+	attached, sent, err := image.Sign(ctx, a.dest, a.o.Signer, a.built.Image.Repository, digest)
+	a.add(sent)
 	if err != nil {
 		return err
 	}
-	tag, err := SignatureTag(repo, digest)
-	if err != nil {
-		return err
-	}
-	existing, err := a.dest.Manifest(ctx, tag.String())
-	if err != nil {
-		return err
-	}
-	sigs, err := a.o.Signer.SignatureImage(existing, a.built.Image.Repository, digest)
-	if err != nil {
-		return err
-	}
-	if sigs == nil {
-		sigs = existing
-	} else {
-		s, err := a.dest.WriteManifest(ctx, tag.String(), sigs)
-		a.add(s)
-		if err != nil {
-			return fmt.Errorf("sign %s@%s: %w", a.built.Image.Repository, digest, err)
-		}
-	}
-	d, err := sigs.Digest()
-	if err != nil {
-		return err
-	}
-	a.attached = append(a.attached, image.Attachment{Kind: "signature", Subject: digest, Digest: d.String(),
-		MediaType: MediaTypeSimpleSigning, Reference: tag.String()})
+	a.attached = append(a.attached, attached)
 	return nil
 }
 

@@ -403,17 +403,3 @@ func checkRun(app *toa.Application) error {
 	}
 	return nil
 }
-
-// ContainerImages are what the containers of each image's workload name, by image name: the
-// repository and its tag, or the repository alone while the tag is not known (the kustomization
-// then pins it).
-func (p *Plan) ContainerImages() map[string]string {
-	out := make(map[string]string, len(p.images))
-	for _, img := range p.images {
-		out[img.Name] = img.Repository
-		if img.Tag != "" {
-			out[img.Name] += ":" + img.Tag
-		}
-	}
-	return out
-}
