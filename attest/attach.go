@@ -23,6 +23,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/sign"
 	"github.com/toa-deploy/toa-deploy/toa"
@@ -293,14 +294,9 @@ func components(img *image.Image) []*toa.Component {
 		return img.Components
 	}
 	c := &toa.Component{Path: img.Service.Dir, Locator: toa.Locator{ID: img.Service.Reference, Label: path.Base(image.ServiceFolder)},
-		Version: img.Service.Version}
-	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
-		if p := filepath.Join(img.Service.Dir, f.name); fileExists(p) {
-			*f.into = p
-		}
+		Version: img.Service.Version, Lockfile: lockfile.Find(img.Service.Dir)}
+	if p := filepath.Join(img.Service.Dir, "package.json"); fileExists(p) {
+		c.PackageJSON = p
 	}
 	return []*toa.Component{c}
 }
@@ -510,20 +506,17 @@ func readPackage(c *toa.Component, comp *Component) error {
 		names = append(names, n)
 	}
 	comp.Direct = comp.Installed.Direct(names)
-	lockfile := layer.LockfileOf(c) // npm-shrinkwrap.json over package-lock.json, as npm reads them
-	if lockfile == "" {
+	if c.Lockfile == "" { // npm-shrinkwrap.json over package-lock.json, as npm reads them
 		return nil
 	}
-	lock, err := os.Open(lockfile)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", lockfile, err)
-	}
-	defer lock.Close()
-	locked, err := parseLockfile(io.LimitReader(lock, maxLockfile))
-	if err != nil {
+	locked, err := lockfile.Read(c.Lockfile)
+	if errors.Is(err, lockfile.ErrFormat) {
 		return nil // npm ci read it; what it installed is what counts
 	}
-	comp.Installed = fillFrom(comp.Installed, locked)
+	if err != nil {
+		return err
+	}
+	comp.Installed = fillFrom(comp.Installed, fromLockfile(locked))
 	return nil
 }
 
@@ -587,7 +580,7 @@ func (a *attaching) build(ctx context.Context, indexDigest string, idx *v1.Index
 	}
 	for _, c := range components(img) {
 		bc := BuildComponent{ID: c.Locator.ID, Version: c.Version, Files: map[string]string{}}
-		for _, f := range []string{c.PackageJSON, layer.LockfileOf(c)} {
+		for _, f := range []string{c.PackageJSON, c.Lockfile} {
 			if f == "" {
 				continue
 			}

@@ -334,12 +334,12 @@ func depsHash(app *toa.Application, img *Image, base *Base, opts PlanOptions) (s
 	components := append([]*toa.Component(nil), img.Components...)
 	sort.SliceStable(components, func(i, j int) bool { return components[i].Locator.Label < components[j].Locator.Label })
 	for _, c := range components {
-		for _, file := range []string{c.PackageJSON, c.PackageLock} {
+		for _, file := range []string{c.PackageJSON, c.Lockfile} {
 			if file == "" {
 				continue
 			}
 			limit := int64(fsys.MaxPackageSize)
-			if file == c.PackageLock {
+			if file == c.Lockfile {
 				limit = fsys.MaxLockSize
 			}
 			data, err := fsys.ReadFile(file, limit)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -97,17 +98,12 @@ func serviceComponent(s *Service) (*toa.Component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: the package %s: %w", s.Name, s.Reference, err)
 	}
-	c := &toa.Component{Path: dir, Locator: toa.Locator{ID: s.Reference, Label: path.Base(ServiceFolder)}}
-	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
-		p := filepath.Join(dir, f.name)
-		if _, err := os.Stat(p); err == nil {
-			*f.into = p
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
+	c := &toa.Component{Path: dir, Locator: toa.Locator{ID: s.Reference, Label: path.Base(ServiceFolder)}, Lockfile: lockfile.Find(dir)}
+	p := filepath.Join(dir, "package.json")
+	if _, err := os.Stat(p); err == nil {
+		c.PackageJSON = p
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
 	return c, nil
 }
