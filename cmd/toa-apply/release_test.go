@@ -58,7 +58,7 @@ func TestRelease(t *testing.T) {
 	log := cli.Logger(io.Discard, false)
 	run := func(change func(c *applyCommand)) (string, error) {
 		var out bytes.Buffer
-		c := &applyCommand{DryRun: "none", Timeout: time.Minute, RequestTimeout: 10 * time.Second, Prune: true,
+		c := &applyCommand{DryRun: "none", HistoryMax: 10, Timeout: time.Minute, RequestTimeout: 10 * time.Second, Prune: true,
 			Kubeconfig: kubeconfig, Namespace: ns, Output: cli.Text, out: &out}
 		change(c)
 		err := c.Run(context.Background(), log)
