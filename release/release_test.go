@@ -21,6 +21,7 @@ import (
 type fakeSteps struct {
 	calls     []string
 	history   []revision.Revision
+	apps      []string // the namespace's applications
 	checkErr  error
 	lockErr   error
 	applyErrs []error // one per Apply, in order; nil when none is left
@@ -81,6 +82,11 @@ func (f *fakeSteps) DeleteRevisions(context.Context, rollout.Set) error {
 
 func (f *fakeSteps) History(context.Context, rollout.Set) (revision.History, error) {
 	return revision.History{Revisions: slices.Clone(f.history)}, nil
+}
+
+func (f *fakeSteps) Applications(context.Context, string) ([]string, error) {
+	f.call("list applications")
+	return f.apps, nil
 }
 
 func (f *fakeSteps) Objects(rev revision.Revision) ([]*unstructured.Unstructured, error) {

@@ -41,11 +41,24 @@ type Set struct {
 	ID        string `json:"id"`
 }
 
+// parentPrefix begins the name of every ApplySet parent toa-apply writes: toa-<context>.
+const parentPrefix = "toa-"
+
 // NewSet returns the ApplySet of the Toa context in the namespace.
 func NewSet(context, namespace string) Set {
-	name := "toa-" + context
+	name := parentPrefix + context
 	return Set{Name: name, Namespace: namespace, ID: ApplySetID(name, namespace, "Secret", "")}
 }
+
+// Context is the Toa context whose ApplySet this is: its parent's name less the "toa-".
+func (s Set) Context() string {
+	context, _ := contextOf(s.Name)
+	return context
+}
+
+// contextOf is the Toa context of an ApplySet parent named parent, and whether the name is one
+// toa-apply gives (NewSet).
+func contextOf(parent string) (string, bool) { return strings.CutPrefix(parent, parentPrefix) }
 
 // ApplySetID is kubectl's id of an ApplySet whose parent has that name, namespace, kind and group:
 // applyset-<base64url, unpadded, of sha256("<name>.<namespace>.<kind>.<group>")>-v1.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,7 +106,7 @@ func Applications(ctx context.Context, k *kube.Client, namespace string) ([]stri
 	}
 	var out []string
 	for _, s := range list.Items {
-		name, ok := strings.CutPrefix(s.GetName(), "toa-")
+		name, ok := contextOf(s.GetName())
 		if ok && toolingName(s.GetAnnotations()[AnnotationTooling]) == Tool && s.GetLabels()[LabelID] == NewSet(name, namespace).ID {
 			out = append(out, name)
 		}

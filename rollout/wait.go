@@ -137,9 +137,9 @@ func Wait(ctx context.Context, k *kube.Client, res *Result, opts WaitOptions) er
 	return waitFor(ctx, clientOf(k), res, opts)
 }
 
-// Awaits is how many objects Wait would await after res: those with a rollout, and the
+// Awaits is how many objects Wait would await after this result: those with a rollout, and the
 // workloads it pruned.
-func Awaits(res *Result) int { return len(targetsOf(res)) }
+func (res *Result) Awaits() int { return len(targetsOf(res)) }
 
 // targetsOf are the objects a result applied whose kind has a rollout, and the workloads it
 // pruned; none for a dry run.

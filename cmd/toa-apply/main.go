@@ -89,7 +89,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	case c.History:
 		return c.history(ctx, c.stdout(), log)
 	case c.Diff:
-		return c.diff(ctx, c.stdout())
+		return c.diff(ctx, c.stdout(), log)
 	}
 	return c.apply(ctx, log)
 }
