@@ -24,6 +24,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/revision"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // Steps are the conductor's moves on the cluster: OnCluster's, or a test's fakes.
@@ -83,13 +84,13 @@ type Outcome struct {
 // Rollout is how the wait ended.
 type Rollout struct {
 	Done     bool             `json:"done"`
-	Failure  *rollout.Failure `json:"failure,omitempty"`
+	Failure  *status.Failure  `json:"failure,omitempty"`
 	Awaiting []rollout.Status `json:"timedOutAwaiting,omitempty"` // what was awaited when --timeout passed
 	Error    string           `json:"error,omitempty"`
 }
 
 func (o *Rollout) set(err error) {
-	var f *rollout.Failure
+	var f *status.Failure
 	var a *rollout.Awaiting
 	switch {
 	case err == nil:

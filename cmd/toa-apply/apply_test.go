@@ -20,6 +20,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 const kubeconfigYAML = `apiVersion: v1
@@ -89,7 +90,7 @@ func TestExitError(t *testing.T) {
 		code int
 	}{
 		{nil, cli.ExitOK},
-		{&rollout.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
+		{&status.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
 		{&rollout.ConflictError{Conflicts: []rollout.Conflict{{Manager: "m", Field: ".spec.replicas"}}}, cli.ExitFailed},
 		{&fault.Input{Err: errors.New("no label")}, cli.ExitBadInput},
 		{fault.TimedOut(&rollout.Awaiting{Objects: []rollout.Status{{Name: "composition-a", Message: "1 old pod terminating: x"}}}), cli.ExitTimeout},

@@ -21,7 +21,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/revision"
-	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // withoutService is a kustomization like kustomization's, without its Service.
@@ -172,7 +172,7 @@ func TestRelease(t *testing.T) {
 		t.Errorf("--rollback-on-failure: exit %d, %v; want 1, the crash loop and the rollback", cli.ExitCode(err), err)
 	}
 	var result struct {
-		Rollout  struct{ Failure *rollout.Failure }
+		Rollout  struct{ Failure *status.Failure }
 		Revision revision.Revision // the failed apply's, marked so
 		Rollback struct {
 			To   int
