@@ -41,7 +41,8 @@ type Options struct {
 	Context, Environment, Runtime string
 	// Node and Npm are the runner's versions, which installed the dependencies.
 	Node, Npm string
-	// Created is the time the documents say they were made at; Epoch when zero, for
+	// Created is the time the documents say they were made at: the push's SOURCE_DATE_EPOCH
+	// (layer.SourceDateEpoch), which the caller reads; the Unix epoch when zero, for
 	// reproducible bytes.
 	Created time.Time
 	// CacheDir, when set, keeps what npm packages each layer holds (fsys.SBOMLayers), so that
@@ -55,7 +56,7 @@ type Options struct {
 // image, of each platform's image and of each document.
 func Attacher(o Options) image.Attacher {
 	if o.Created.IsZero() {
-		o.Created = Epoch()
+		o.Created = time.Unix(0, 0).UTC()
 	}
 	if o.Builder.Name == "" {
 		o.Builder = ToaPush()
@@ -236,7 +237,7 @@ func (a *attaching) signAll(ctx context.Context, digests []string) error {
 }
 
 // created are the annotations every attached manifest starts from: OCI's creation time when
-// SOURCE_DATE_EPOCH (or Options.Created) gives one. The Unix epoch, which stands for no time,
+// SOURCE_DATE_EPOCH (Options.Created) gives one. The Unix epoch, which stands for no time,
 // is left out: it says nothing, and a code change sent it in each manifest and again in each
 // referrers tag index.
 func (a *attaching) created() map[string]string {

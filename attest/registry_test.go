@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -168,7 +169,7 @@ func signingKey(t *testing.T) (signer *sign.Signer, pubFile string) {
 
 func attacher(format attest.Format, signer *sign.Signer) image.Attacher {
 	return attest.Attacher(attest.Options{Format: format, Signer: signer, Builder: attest.ToaPush(),
-		Context: "sbom", Environment: "default", Runtime: "1.0.0-alpha.289", Created: attest.Epoch()})
+		Context: "sbom", Environment: "default", Runtime: "1.0.0-alpha.289", Created: time.Unix(0, 0).UTC()})
 }
 
 // run runs a tool and returns its standard output, failing the test with both outputs when it

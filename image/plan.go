@@ -20,7 +20,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -253,20 +252,8 @@ func describeImages(components []*toa.Component) string {
 
 // resolve computes the tags, or says why they cannot be computed yet.
 func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]string) error {
-	base := opts.Bases[img.Base]
-	img.BaseSource = img.Base
-	if base == nil {
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
-		return nil
-	}
-	img.base = base
-	if base.Mirror != nil {
-		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
-	}
-	if base.Err != nil {
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
+	base, ok := img.takeBase(app, opts)
+	if !ok {
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/lockfile"
-	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -56,19 +55,8 @@ func serviceImage(app *toa.Application, s Service, opts PlanOptions, warnings *[
 		Base:       ServiceBase(app),
 		BaseFrom:   "the services' base",
 	}
-	base := opts.Bases[img.Base]
-	img.BaseSource, img.base = img.Base, base
-	if base != nil && base.Mirror != nil {
-		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
-	}
-	switch {
-	case base == nil:
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
-		return img, nil
-	case base.Err != nil:
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
+	base, ok := img.takeBase(app, opts)
+	if !ok {
 		return img, nil
 	}
 	platforms, err := base.Select(app, warnings)
