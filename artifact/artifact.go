@@ -6,10 +6,11 @@
 //
 // It is a room of its own because both commands use it, toa-push to make and toa-apply to
 // read, and toa-apply links nothing of the push chain: besides go-containerregistry and the
-// standard library it imports of ours only fault and registry (the one registry client, which
-// imports nothing of the push chain either), so that a pull is bounded as toa-push's reads are.
+// standard library it imports of ours only fault, registry (the one registry client, which
+// imports nothing of the push chain either, so that a pull is bounded as toa-push's reads are)
+// and sign (cosign's format, checked as it is written).
 // pipeline writes what New makes through its own destination (a registry or an OCI layout) and
-// signs it with attest's signer.
+// signs it with image.Sign, in sign/'s format.
 package artifact
 
 import (

@@ -36,6 +36,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	toaregistry "github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 var files = map[string][]byte{
@@ -217,7 +218,7 @@ func (f *fixture) sign(t *testing.T, d name.Digest, key *ecdsa.PrivateKey) {
 		t.Fatal(err)
 	}
 	img, err := mutate.Append(mutate.MediaType(empty.Image, types.OCIManifestSchema1), mutate.Addendum{
-		Layer: static.NewLayer(payload, mediaTypeSimpleSigning), Annotations: map[string]string{annotationSignature: base64.StdEncoding.EncodeToString(sig)}})
+		Layer: static.NewLayer(payload, sign.MediaTypeSimpleSigning), Annotations: map[string]string{sign.AnnotationSignature: base64.StdEncoding.EncodeToString(sig)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestFetchVerifies(t *testing.T) {
 	}
 	ad := f.push(t, f.host+"/shop/deploy:production", art)
 	pubFile := f.publicKeyFile(t)
-	pub, err := ReadPublicKey(pubFile)
+	pub, err := sign.ReadPublicKey(pubFile)
 	if err != nil {
 		t.Fatal(err)
 	}

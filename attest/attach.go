@@ -17,14 +17,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -33,14 +34,15 @@ type Options struct {
 	// Format is the SBOM's format; None attaches no SBOM and no provenance.
 	Format Format
 	// Signer signs the images and what is attached to them; nil signs nothing.
-	Signer *Signer
+	Signer *sign.Signer
 	// Builder names toa-push and its version; ToaPush() when empty.
 	Builder Builder
 	// Context, Environment and Runtime are the application's, for provenance.
 	Context, Environment, Runtime string
 	// Node and Npm are the runner's versions, which installed the dependencies.
 	Node, Npm string
-	// Created is the time the documents say they were made at; Epoch when zero, for
+	// Created is the time the documents say they were made at: the push's SOURCE_DATE_EPOCH
+	// (layer.SourceDateEpoch), which the caller reads; the Unix epoch when zero, for
 	// reproducible bytes.
 	Created time.Time
 	// CacheDir, when set, keeps what npm packages each layer holds (fsys.SBOMLayers), so that
@@ -54,7 +56,7 @@ type Options struct {
 // image, of each platform's image and of each document.
 func Attacher(o Options) image.Attacher {
 	if o.Created.IsZero() {
-		o.Created = Epoch()
+		o.Created = time.Unix(0, 0).UTC()
 	}
 	if o.Builder.Name == "" {
 		o.Builder = ToaPush()
@@ -235,7 +237,7 @@ func (a *attaching) signAll(ctx context.Context, digests []string) error {
 }
 
 // created are the annotations every attached manifest starts from: OCI's creation time when
-// SOURCE_DATE_EPOCH (or Options.Created) gives one. The Unix epoch, which stands for no time,
+// SOURCE_DATE_EPOCH (Options.Created) gives one. The Unix epoch, which stands for no time,
 // is left out: it says nothing, and a code change sent it in each manifest and again in each
 // referrers tag index.
 func (a *attaching) created() map[string]string {
@@ -248,37 +250,12 @@ func (a *attaching) created() map[string]string {
 // sign adds the signer's signature of digest to the image under its signature tag, unless it is
 // there already.
 func (a *attaching) sign(ctx context.Context, digest string) error {
-	repo, err := name.NewRepository(a.built.Image.Repository, name.Insecure)
+	attached, sent, err := image.Sign(ctx, a.dest, a.o.Signer, a.built.Image.Repository, digest)
+	a.add(sent)
 	if err != nil {
 		return err
 	}
-	tag, err := SignatureTag(repo, digest)
-	if err != nil {
-		return err
-	}
-	existing, err := a.dest.Manifest(ctx, tag.String())
-	if err != nil {
-		return err
-	}
-	sigs, err := a.o.Signer.SignatureImage(existing, a.built.Image.Repository, digest)
-	if err != nil {
-		return err
-	}
-	if sigs == nil {
-		sigs = existing
-	} else {
-		s, err := a.dest.WriteManifest(ctx, tag.String(), sigs)
-		a.add(s)
-		if err != nil {
-			return fmt.Errorf("sign %s@%s: %w", a.built.Image.Repository, digest, err)
-		}
-	}
-	d, err := sigs.Digest()
-	if err != nil {
-		return err
-	}
-	a.attached = append(a.attached, image.Attachment{Kind: "signature", Subject: digest, Digest: d.String(),
-		MediaType: MediaTypeSimpleSigning, Reference: tag.String()})
+	a.attached = append(a.attached, attached)
 	return nil
 }
 
@@ -318,14 +295,9 @@ func components(img *image.Image) []*toa.Component {
 		return img.Components
 	}
 	c := &toa.Component{Path: img.Service.Dir, Locator: toa.Locator{ID: img.Service.Reference, Label: path.Base(image.ServiceFolder)},
-		Version: img.Service.Version}
-	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
-		if p := filepath.Join(img.Service.Dir, f.name); fileExists(p) {
-			*f.into = p
-		}
+		Version: img.Service.Version, Lockfile: lockfile.Find(img.Service.Dir)}
+	if p := filepath.Join(img.Service.Dir, "package.json"); fileExists(p) {
+		c.PackageJSON = p
 	}
 	return []*toa.Component{c}
 }
@@ -535,20 +507,17 @@ func readPackage(c *toa.Component, comp *Component) error {
 		names = append(names, n)
 	}
 	comp.Direct = comp.Installed.Direct(names)
-	lockfile := layer.LockfileOf(c) // npm-shrinkwrap.json over package-lock.json, as npm reads them
-	if lockfile == "" {
+	if c.Lockfile == "" { // npm-shrinkwrap.json over package-lock.json, as npm reads them
 		return nil
 	}
-	lock, err := os.Open(lockfile)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", lockfile, err)
-	}
-	defer lock.Close()
-	locked, err := parseLockfile(io.LimitReader(lock, maxLockfile))
-	if err != nil {
+	locked, err := lockfile.Read(c.Lockfile)
+	if errors.Is(err, lockfile.ErrFormat) {
 		return nil // npm ci read it; what it installed is what counts
 	}
-	comp.Installed = fillFrom(comp.Installed, locked)
+	if err != nil {
+		return err
+	}
+	comp.Installed = fillFrom(comp.Installed, fromLockfile(locked))
 	return nil
 }
 
@@ -612,7 +581,7 @@ func (a *attaching) build(ctx context.Context, indexDigest string, idx *v1.Index
 	}
 	for _, c := range components(img) {
 		bc := BuildComponent{ID: c.Locator.ID, Version: c.Version, Files: map[string]string{}}
-		for _, f := range []string{c.PackageJSON, layer.LockfileOf(c)} {
+		for _, f := range []string{c.PackageJSON, c.Lockfile} {
 			if f == "" {
 				continue
 			}

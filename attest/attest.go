@@ -6,7 +6,7 @@
 // API, and written into an OCI layout alongside the images.
 //
 // The documents are pure functions of what was built: the same inputs give the same bytes
-// (times are SOURCE_DATE_EPOCH, else 0). What npm installed is read from the layers themselves
+// (times are Options.Created: the command's SOURCE_DATE_EPOCH, read once by layer.SourceDateEpoch). What npm installed is read from the layers themselves
 // (InstalledIn), so that an image whose dependencies were built by an earlier run, and are read
 // back from the registry, is described as well as one built now.
 //
@@ -15,10 +15,7 @@
 package attest
 
 import (
-	"os"
 	"runtime/debug"
-	"strconv"
-	"time"
 )
 
 // Format is the SBOM's format.
@@ -96,14 +93,3 @@ func ToaPush() Builder {
 
 // BuilderID is the URI provenance names the builder by: the command's Go package.
 const BuilderID = "https://github.com/toa-deploy/toa-deploy/cmd/toa-push"
-
-// Epoch is the time written into documents: SOURCE_DATE_EPOCH, else the Unix epoch, as the
-// images' configs have it.
-func Epoch() time.Time {
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return time.Unix(n, 0).UTC()
-		}
-	}
-	return time.Unix(0, 0).UTC()
-}

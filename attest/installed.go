@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // Package is one npm package installed into an image, as npm recorded it.
@@ -38,10 +40,6 @@ type Install struct {
 	Packages []Package // by Path
 }
 
-// maxLockfile bounds what is read of a hidden lockfile; npm's for thousands of packages is a
-// few MB.
-const maxLockfile = 64 << 20
-
 // maxManifest bounds what is read of one installed package.json.
 const maxManifest = 1 << 20
 
@@ -49,7 +47,7 @@ const maxManifest = 1 << 20
 // later write it on every install: @npmcli/arborist, lib/shrinkwrap.js). Its entries carry each
 // package's version, integrity, resolved URL (unless omit-lockfile-registry-resolved is set) and
 // the license field of the package's own package.json (arborist's pkgMetaKeys).
-const hiddenLockfile = "node_modules/.package-lock.json"
+const hiddenLockfile = "node_modules/" + lockfile.Hidden
 
 // InstalledIn reads what npm installed into a layer that toa-push made of one npm install
 // (layer.Dependencies, layer.Global), or nil when the layer holds no node_modules.
@@ -84,7 +82,7 @@ func readInstall(r io.Reader) (*Install, error) {
 		}
 		name := strings.TrimPrefix(path.Clean("/"+h.Name), "/")
 		if root, ok := strings.CutSuffix(name, "/"+hiddenLockfile); ok && !strings.Contains(root, "node_modules") {
-			pkgs, err := parseLockfile(io.LimitReader(tr, maxLockfile))
+			pkgs, err := parseLockfile(tr) // within lockfile.MaxSize
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
@@ -147,49 +145,27 @@ func packageRoot(name string) (root, pkgPath string, ok bool) {
 	return root, pkgPath, true
 }
 
-// lockEntry is an entry of "packages" in a lockfile (lockfileVersion 2 and 3).
-type lockEntry struct {
-	Name                 string            `json:"name"` // set for aliases and links only
-	Version              string            `json:"version"`
-	Resolved             string            `json:"resolved"`
-	Integrity            string            `json:"integrity"`
-	License              json.RawMessage   `json:"license"`
-	Link                 bool              `json:"link"`
-	Dev                  bool              `json:"dev"`
-	Optional             bool              `json:"optional"`
-	Dependencies         map[string]string `json:"dependencies"`
-	OptionalDependencies map[string]string `json:"optionalDependencies"`
-	PeerDependencies     map[string]string `json:"peerDependencies"`
+// parseLockfile reads what a lockfile says npm installs, as an SBOM lists it: the packages under
+// node_modules, dev packages left out (--omit=dev did), with the dependencies each resolves to.
+func parseLockfile(r io.Reader) ([]Package, error) {
+	locked, err := lockfile.Decode(r)
+	if err != nil {
+		return nil, err
+	}
+	return fromLockfile(locked), nil
 }
 
-func parseLockfile(r io.Reader) ([]Package, error) {
-	var lock struct {
-		LockfileVersion int                  `json:"lockfileVersion"`
-		Packages        map[string]lockEntry `json:"packages"`
-	}
-	if err := json.NewDecoder(r).Decode(&lock); err != nil {
-		return nil, fmt.Errorf("not a lockfile npm wrote: %w", err)
-	}
-	if lock.LockfileVersion < 2 {
-		return nil, fmt.Errorf("lockfileVersion %d: npm 7 or later writes 2 or 3", lock.LockfileVersion)
-	}
-	present := map[string]bool{}
-	for p := range lock.Packages {
-		present[p] = true
-	}
+func fromLockfile(locked lockfile.Packages) []Package {
 	var out []Package
-	for p, e := range lock.Packages {
-		if p == "" || !strings.HasPrefix(p, "node_modules/") || e.Dev {
-			continue // the root, a workspace folder, or what --omit=dev left out
+	for p, e := range locked {
+		if !e.Installed() || e.Dev {
+			continue // a workspace folder, or what --omit=dev left out
 		}
-		pkg := Package{Name: e.Name, Version: e.Version, Resolved: e.Resolved, Integrity: e.Integrity,
-			License: license(e.License), Path: p, Optional: e.Optional}
-		if pkg.Name == "" {
-			pkg.Name = nameOf(p)
-		}
+		pkg := Package{Name: e.PackageName(), Version: e.Version, Resolved: e.Resolved, Integrity: e.Integrity,
+			License: string(e.License), Path: p, Optional: e.Optional}
 		for _, deps := range []map[string]string{e.Dependencies, e.OptionalDependencies, e.PeerDependencies} {
 			for dep := range deps {
-				if at := resolve(present, p, dep); at != "" {
+				if at := resolve(locked, p, dep); at != "" {
 					pkg.Dependencies = append(pkg.Dependencies, at)
 				}
 			}
@@ -197,14 +173,14 @@ func parseLockfile(r io.Reader) ([]Package, error) {
 		out = append(out, tidy(pkg))
 	}
 	sortPackages(out)
-	return out, nil
+	return out
 }
 
 // packageJSON is what is read of an installed package's package.json when npm left no record.
 type packageJSON struct {
 	Name         string            `json:"name"`
 	Version      string            `json:"version"`
-	License      json.RawMessage   `json:"license"`
+	License      lockfile.License  `json:"license"`
 	Resolved     string            `json:"_resolved"`  // npm 6 and older
 	Integrity    string            `json:"_integrity"` // npm 6 and older
 	Dependencies map[string]string `json:"dependencies"`
@@ -212,20 +188,16 @@ type packageJSON struct {
 }
 
 func fromManifests(pkgs map[string]packageJSON) []Package {
-	present := map[string]bool{}
-	for p := range pkgs {
-		present[p] = true
-	}
 	var out []Package
 	for p, m := range pkgs {
 		pkg := Package{Name: m.Name, Version: m.Version, Resolved: m.Resolved, Integrity: m.Integrity,
-			License: license(m.License), Path: p}
+			License: string(m.License), Path: p}
 		if pkg.Name == "" {
 			pkg.Name = nameOf(p)
 		}
 		for _, deps := range []map[string]string{m.Dependencies, m.Optional} {
 			for dep := range deps {
-				if at := resolve(present, p, dep); at != "" {
+				if at := resolve(pkgs, p, dep); at != "" {
 					pkg.Dependencies = append(pkg.Dependencies, at)
 				}
 			}
@@ -237,17 +209,15 @@ func fromManifests(pkgs map[string]packageJSON) []Package {
 }
 
 // nameOf is the package name of an install path: "node_modules/a/node_modules/@s/b" → "@s/b".
-func nameOf(p string) string {
-	i := strings.LastIndex(p, "node_modules/")
-	return p[i+len("node_modules/"):]
-}
+func nameOf(p string) string { return lockfile.Package{Path: p}.PackageName() }
 
-// resolve finds where require(dep) from the package at from lands: from's own node_modules,
-// then each node_modules folder above it.
-func resolve(present map[string]bool, from, dep string) string {
+// resolve finds where require(dep) from the package at from lands, among the install paths
+// of present: from's own node_modules, then each node_modules folder above it.
+func resolve[V any](present map[string]V, from, dep string) string {
+	has := func(p string) bool { _, ok := present[p]; return ok }
 	dir := from
 	for {
-		if candidate := dir + "/node_modules/" + dep; present[candidate] {
+		if candidate := dir + "/node_modules/" + dep; has(candidate) {
 			return candidate
 		}
 		i := strings.LastIndex(dir, "/node_modules/")
@@ -256,24 +226,8 @@ func resolve(present map[string]bool, from, dep string) string {
 		}
 		dir = dir[:i]
 	}
-	if candidate := "node_modules/" + dep; present[candidate] {
+	if candidate := "node_modules/" + dep; has(candidate) {
 		return candidate
-	}
-	return ""
-}
-
-// license reads a package.json's license: a string, or the {"type": ...} object of old packages
-// (arborist keeps only its type too).
-func license(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return strings.TrimSpace(s)
-	}
-	var o struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(raw, &o) == nil {
-		return strings.TrimSpace(o.Type)
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -224,7 +225,7 @@ func TestBaseInstalls(t *testing.T) {
 }
 
 // The lockfile that fills in what npm's hidden lockfile lacks is the one npm read:
-// npm-shrinkwrap.json over package-lock.json.
+// npm-shrinkwrap.json over package-lock.json (lockfile.Find, as toa.Load sets Lockfile).
 func TestReadPackagePrefersTheShrinkwrap(t *testing.T) {
 	dir := t.TempDir()
 	lock := func(integrity string) string {
@@ -236,7 +237,7 @@ func TestReadPackagePrefersTheShrinkwrap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := &toa.Component{Path: dir, PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+	c := &toa.Component{Path: dir, PackageJSON: filepath.Join(dir, "package.json"), Lockfile: lockfile.Find(dir)}
 	comp := &Component{Installed: &Install{Root: "composition/a", Packages: []Package{{Name: "ms", Version: "2.1.3", Path: "node_modules/ms"}}}}
 	if err := readPackage(c, comp); err != nil {
 		t.Fatal(err)

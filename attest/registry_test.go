@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -28,6 +29,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/sign"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -142,7 +144,7 @@ func pushAppFrom(t *testing.T, addr, baseAddr string, dest image.Destination, at
 
 // signingKey writes a new ECDSA P-256 key pair into a folder: the private key as toa-push reads
 // it, the public key as cosign's --key does.
-func signingKey(t *testing.T) (signer *attest.Signer, pubFile string) {
+func signingKey(t *testing.T) (signer *sign.Signer, pubFile string) {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -150,7 +152,7 @@ func signingKey(t *testing.T) (signer *attest.Signer, pubFile string) {
 	}
 	der, _ := x509.MarshalECPrivateKey(k)
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	signer, err = attest.ParseKey(keyPEM, "test key", nil)
+	signer, err = sign.ParseKey(keyPEM, "test key", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +167,9 @@ func signingKey(t *testing.T) (signer *attest.Signer, pubFile string) {
 	return signer, pubFile
 }
 
-func attacher(format attest.Format, signer *attest.Signer) image.Attacher {
+func attacher(format attest.Format, signer *sign.Signer) image.Attacher {
 	return attest.Attacher(attest.Options{Format: format, Signer: signer, Builder: attest.ToaPush(),
-		Context: "sbom", Environment: "default", Runtime: "1.0.0-alpha.289", Created: attest.Epoch()})
+		Context: "sbom", Environment: "default", Runtime: "1.0.0-alpha.289", Created: time.Unix(0, 0).UTC()})
 }
 
 // run runs a tool and returns its standard output, failing the test with both outputs when it
@@ -598,7 +600,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 
 	// someone else signed the index on the target already: their signature stays beside ours
 	other, otherPub := signingKey(t)
-	theirs, err := other.SignatureImage(nil, img.Repository, img.Digest)
+	theirs, err := other.Image(nil, img.Repository, img.Digest)
 	if err != nil {
 		t.Fatal(err)
 	}

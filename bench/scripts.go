@@ -32,7 +32,7 @@ func (b *bench) scripts() error {
 	for i, way := range ways {
 		rows[way.name] = map[string]sample{}
 		for run := 0; run < 2; run++ { // the second run of the first push finds the base unpacked
-			ns := fmt.Sprintf("scripts%d-%d", i, run)
+			ns := fmt.Sprintf("scripts-w%d-r%d", i, run)
 			app, cache, work, err := b.scriptsApp(ns, base)
 			if err != nil {
 				return err
@@ -43,7 +43,7 @@ func (b *bench) scripts() error {
 				}
 				// the bases the first run unpacked, and what it learnt of them
 				for _, known := range []string{"bases", "libc"} {
-					if err := os.Symlink(filepath.Join(b.work, fmt.Sprintf("scripts%d-0", i), "cache", known), filepath.Join(cache, known)); err != nil {
+					if err := os.Symlink(filepath.Join(b.work, fmt.Sprintf("scripts-w%d-r0", i), "cache", known), filepath.Join(cache, known)); err != nil {
 						return err
 					}
 				}

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // The cache of answers (WithCache): a run that asks what an earlier run asked, of the same
@@ -80,7 +81,7 @@ func (a *answers) store(conv []exchanged, dirs []string) error {
 		return nil
 	}
 	inputs := slices.Clone(dirs)
-	for _, f := range []string{"package-lock.json", filepath.Join("node_modules", ".package-lock.json")} {
+	for _, f := range []string{lockfile.Shrinkwrap, lockfile.PackageLock, filepath.Join("node_modules", lockfile.Hidden)} {
 		inputs = append(inputs, filepath.Join(a.root, f))
 	}
 	e := cacheEntry{Version: cacheVersion, Exchanges: conv}

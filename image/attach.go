@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 // Built is an image Push has just built, before its tag is written: what an Attacher describes.
@@ -249,7 +248,7 @@ func (l *Layout) Attachments() ([]LayoutEntry, error) {
 // attachmentKind is what a layout's attachment is, as far as its entry says: a signature (under
 // a cosign signature tag) or a referrer of its ArtifactType.
 func attachmentKind(e LayoutEntry) string {
-	if strings.HasSuffix(e.Reference, ".sig") {
+	if sign.IsTag(e.Reference) {
 		return "signature"
 	}
 	return "referrer"
@@ -306,42 +305,42 @@ func pushAttachments(ctx context.Context, l *Layout, dest Destination, want map[
 	return nil
 }
 
-// WithSignaturesOf keeps the signatures the destination already has under a signature tag: a
-// cosign signature image is a set of layers, one per signature (its payload with the signature
-// in an annotation), so the layout's are added to the destination's, as cosign sign adds one,
-// rather than put in their place. It returns nil when the destination holds them all.
+// WithSignaturesOf keeps the signatures the destination already has under a signature tag: the
+// layout's are added to the destination's (sign.Merge) rather than put in their place. It
+// returns nil when the destination holds them all.
 func WithSignaturesOf(ctx context.Context, dest Destination, ref string, img v1.Image) (v1.Image, error) {
 	have, err := dest.Manifest(ctx, ref)
 	if err != nil || have == nil {
 		return img, err
 	}
-	haveManifest, err := have.Manifest()
+	return sign.Merge(have, img)
+}
+
+// Sign adds signer's signature of digest in repository to dest, under its cosign signature tag,
+// unless it is there already; the attachment is the signature image the tag then holds.
+func Sign(ctx context.Context, dest Destination, signer *sign.Signer, repository, digest string) (Attachment, Sent, error) {
+	repo, err := name.NewRepository(repository, name.Insecure)
 	if err != nil {
-		return nil, err
+		return Attachment{}, Sent{}, err
 	}
-	// two signers of one digest sign the same payload: a signature is its blob and annotations
-	had := map[string]bool{}
-	key := func(d v1.Descriptor) string { return fmt.Sprint(d.Digest, d.Annotations) }
-	for _, l := range haveManifest.Layers {
-		had[key(l)] = true
-	}
-	m, err := img.Manifest()
+	tag := sign.Tag(repo, digest).String()
+	existing, err := dest.Manifest(ctx, tag)
 	if err != nil {
-		return nil, err
+		return Attachment{}, Sent{}, err
 	}
-	var adds []mutate.Addendum
-	for _, d := range m.Layers {
-		if had[key(d)] {
-			continue
-		}
-		l, err := img.LayerByDigest(d.Digest)
-		if err != nil {
-			return nil, err
-		}
-		adds = append(adds, mutate.Addendum{Layer: l, Annotations: d.Annotations, MediaType: d.MediaType})
+	sigs, err := signer.Image(existing, repository, digest)
+	if err != nil {
+		return Attachment{}, Sent{}, err
 	}
-	if len(adds) == 0 {
-		return nil, nil
+	var sent Sent
+	if sigs == nil {
+		sigs = existing
+	} else if sent, err = dest.WriteManifest(ctx, tag, sigs); err != nil {
+		return Attachment{}, sent, fmt.Errorf("sign %s@%s: %w", repository, digest, err)
 	}
-	return mutate.Append(have, adds...)
+	d, err := sigs.Digest()
+	if err != nil {
+		return Attachment{}, sent, err
+	}
+	return Attachment{Kind: "signature", Subject: digest, Digest: d.String(), MediaType: sign.MediaTypeSimpleSigning, Reference: tag}, sent, nil
 }

@@ -239,3 +239,24 @@ func Bases(app *toa.Application, opts PlanOptions) ([]string, error) {
 	}
 	return refs, nil
 }
+
+// takeBase gives the image its base from the plan's resolved bases, and says whether the base
+// is there to build on. When it is not, the image's tags stay unresolved, its platforms are the
+// application's, and Unresolved says why: the one wording of it, for every kind of image.
+func (img *Image) takeBase(app *toa.Application, opts PlanOptions) (*Base, bool) {
+	base := opts.Bases[img.Base]
+	img.BaseSource, img.base = img.Base, base
+	if base != nil && base.Mirror != nil {
+		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
+	}
+	switch {
+	case base == nil:
+		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
+	case base.Err != nil:
+		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
+	default:
+		return base, true
+	}
+	img.Platforms = app.Registry.Platforms
+	return nil, false
+}

@@ -403,15 +403,7 @@ func (l *Layout) writeBlob(digest v1.Hash, size int64, open func() (io.ReadClose
 // tag goes last. The result lists the application's images (not the dependencies images), with
 // the digests the layout holds.
 func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, error) {
-	if opts.Jobs <= 0 {
-		opts.Jobs = 3
-	}
-	if opts.Events == nil {
-		opts.Events = func(Event) {}
-	}
-	if opts.Destination == nil {
-		opts.Destination = NewRegistryDestination(opts.Registries)
-	}
+	opts = opts.withDefaults()
 	entries, err := l.Entries()
 	if err != nil {
 		return nil, err

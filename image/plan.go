@@ -20,7 +20,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/registry"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -253,20 +252,8 @@ func describeImages(components []*toa.Component) string {
 
 // resolve computes the tags, or says why they cannot be computed yet.
 func (img *Image) resolve(app *toa.Application, opts PlanOptions, warnings *[]string) error {
-	base := opts.Bases[img.Base]
-	img.BaseSource = img.Base
-	if base == nil {
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
-		return nil
-	}
-	img.base = base
-	if base.Mirror != nil {
-		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
-	}
-	if base.Err != nil {
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
+	base, ok := img.takeBase(app, opts)
+	if !ok {
 		return nil
 	}
 	platforms, err := base.Select(app, warnings)
@@ -334,12 +321,12 @@ func depsHash(app *toa.Application, img *Image, base *Base, opts PlanOptions) (s
 	components := append([]*toa.Component(nil), img.Components...)
 	sort.SliceStable(components, func(i, j int) bool { return components[i].Locator.Label < components[j].Locator.Label })
 	for _, c := range components {
-		for _, file := range []string{c.PackageJSON, c.PackageLock} {
+		for _, file := range []string{c.PackageJSON, c.Lockfile} {
 			if file == "" {
 				continue
 			}
 			limit := int64(fsys.MaxPackageSize)
-			if file == c.PackageLock {
+			if file == c.Lockfile {
 				limit = fsys.MaxLockSize
 			}
 			data, err := fsys.ReadFile(file, limit)
@@ -402,18 +389,4 @@ func checkRun(app *toa.Application) error {
 		}
 	}
 	return nil
-}
-
-// ContainerImages are what the containers of each image's workload name, by image name: the
-// repository and its tag, or the repository alone while the tag is not known (the kustomization
-// then pins it).
-func (p *Plan) ContainerImages() map[string]string {
-	out := make(map[string]string, len(p.images))
-	for _, img := range p.images {
-		out[img.Name] = img.Repository
-		if img.Tag != "" {
-			out[img.Name] += ":" + img.Tag
-		}
-	}
-	return out
 }

@@ -41,6 +41,21 @@ type PushOptions struct {
 	Attach Attacher
 }
 
+// withDefaults are the options with what is not set filled in, for Push and PushLayout alike;
+// the Epoch, which only a build needs and whose reading may fail, Push fills in itself.
+func (o PushOptions) withDefaults() PushOptions {
+	if o.Jobs <= 0 {
+		o.Jobs = 3
+	}
+	if o.Events == nil {
+		o.Events = func(Event) {}
+	}
+	if o.Destination == nil {
+		o.Destination = NewRegistryDestination(o.Registries)
+	}
+	return o
+}
+
 // Event is a step of a push, for the progress display.
 type Event struct {
 	Image   string // "composition-front"
@@ -79,15 +94,7 @@ func (p *Pushed) Reference() string { return p.Repository + "@" + p.Digest }
 // A tag is written last, once everything it points to is in the registry, so a failed push leaves
 // no tag on an incomplete image and a rerun finishes the job.
 func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOptions) (*Result, error) {
-	if opts.Jobs <= 0 {
-		opts.Jobs = 3
-	}
-	if opts.Events == nil {
-		opts.Events = func(Event) {}
-	}
-	if opts.Destination == nil {
-		opts.Destination = NewRegistryDestination(opts.Registries)
-	}
+	opts = opts.withDefaults()
 	if err := unresolved(plan); err != nil {
 		return nil, err
 	}

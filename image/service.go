@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -55,19 +55,8 @@ func serviceImage(app *toa.Application, s Service, opts PlanOptions, warnings *[
 		Base:       ServiceBase(app),
 		BaseFrom:   "the services' base",
 	}
-	base := opts.Bases[img.Base]
-	img.BaseSource, img.base = img.Base, base
-	if base != nil && base.Mirror != nil {
-		img.BaseSource, img.Mirror = base.Source, base.Mirror.String()
-	}
-	switch {
-	case base == nil:
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("the base %s is not resolved yet", img.Base)
-		return img, nil
-	case base.Err != nil:
-		img.Platforms = app.Registry.Platforms
-		img.Unresolved = fmt.Sprintf("%s could not be resolved: %s", base, registry.Reason(base.Err))
+	base, ok := img.takeBase(app, opts)
+	if !ok {
 		return img, nil
 	}
 	platforms, err := base.Select(app, warnings)
@@ -97,17 +86,12 @@ func serviceComponent(s *Service) (*toa.Component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: the package %s: %w", s.Name, s.Reference, err)
 	}
-	c := &toa.Component{Path: dir, Locator: toa.Locator{ID: s.Reference, Label: path.Base(ServiceFolder)}}
-	for _, f := range []struct {
-		name string
-		into *string
-	}{{"package.json", &c.PackageJSON}, {"package-lock.json", &c.PackageLock}} {
-		p := filepath.Join(dir, f.name)
-		if _, err := os.Stat(p); err == nil {
-			*f.into = p
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
+	c := &toa.Component{Path: dir, Locator: toa.Locator{ID: s.Reference, Label: path.Base(ServiceFolder)}, Lockfile: lockfile.Find(dir)}
+	p := filepath.Join(dir, "package.json")
+	if _, err := os.Stat(p); err == nil {
+		c.PackageJSON = p
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
 	return c, nil
 }

@@ -2,12 +2,11 @@ package layer
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"path"
-	"sort"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -160,40 +159,23 @@ func (o *options) scriptsInBaseWhateverLibc(ctx context.Context, p Platform) (bo
 // them: their names, sorted. None without a lockfile, or with one npm will refuse (it says why
 // at the install).
 func LockedScripts(c *toa.Component) ([]string, error) {
-	lock := lockfileOf(c)
-	if lock == "" {
+	if c.Lockfile == "" {
 		return nil, nil
 	}
-	data, err := fsys.ReadFile(lock, fsys.MaxLockSize)
+	packages, err := lockfile.Read(c.Lockfile)
+	if errors.Is(err, lockfile.ErrFormat) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	packages, err := parseLock(data)
-	if err != nil {
-		return nil, nil
-	}
 	names := map[string]bool{}
-	for key, p := range packages {
-		if !p.HasInstallScript || p.Dev {
-			continue
+	for _, p := range packages {
+		if p.HasInstallScript && !p.Dev {
+			names[p.PackageName()] = true
 		}
-		name := p.Name
-		if name == "" {
-			name = key
-			if i := strings.LastIndex(key, "node_modules/"); i >= 0 {
-				name = key[i+len("node_modules/"):]
-			} else {
-				name = path.Base(key)
-			}
-		}
-		names[name] = true
 	}
-	list := make([]string, 0, len(names))
-	for n := range names {
-		list = append(list, n)
-	}
-	sort.Strings(list)
-	return list, nil
+	return sortedKeys(names), nil
 }
 
 // IsMuslLoader is whether a path in an image is musl's dynamic loader where UnpackBase looks

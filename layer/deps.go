@@ -17,6 +17,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/sandbox"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
@@ -98,32 +99,23 @@ func dependencies(ctx context.Context, c *toa.Component, p Platform, budget int,
 // layer's cache key.
 type depsInputs struct {
 	pkgData  []byte
-	lockPath string // package-lock.json, npm-shrinkwrap.json, or "" without a lockfile
+	lockPath string // the component's Lockfile: npm-shrinkwrap.json, package-lock.json, or ""
 	lockData []byte
-	npmrc    string
-	locals   []string // the local packages (file: dependencies) it installs
+	// locked are lockData's packages, nil without a lockfile or with one npm will refuse (it
+	// says why at the install)
+	locked lockfile.Packages
+	npmrc  string
+	locals []string // the local packages (file: dependencies) it installs
 }
-
-// lockfileOf is the lockfile npm reads for c: npm-shrinkwrap.json over package-lock.json, or ""
-// without either.
-func lockfileOf(c *toa.Component) string {
-	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fileExists(shrinkwrap) {
-		return shrinkwrap
-	}
-	return c.PackageLock
-}
-
-// LockfileOf is lockfileOf for the readers of what an install read (attest's SBOM and
-// provenance), so that they name the lockfile npm chose.
-func LockfileOf(c *toa.Component) string { return lockfileOf(c) }
 
 func (o *options) readInputs(c *toa.Component, pkg manifest, pkgData []byte) (*depsInputs, error) {
-	d := &depsInputs{pkgData: pkgData, lockPath: lockfileOf(c)}
+	d := &depsInputs{pkgData: pkgData, lockPath: c.Lockfile}
 	var err error
 	if d.lockPath != "" {
-		if d.lockData, err = fsys.ReadFile(d.lockPath, fsys.MaxLockSize); err != nil {
+		if d.lockData, err = fsys.ReadFile(d.lockPath, lockfile.MaxSize); err != nil {
 			return nil, err
 		}
+		d.locked, _ = lockfile.Parse(d.lockData)
 	} else {
 		o.warn(fmt.Sprintf("%s has no package-lock.json: npm install resolves its dependencies anew, so its images are not reproducible; run `npm install` in %s and commit package-lock.json",
 			c.Locator.ID, c.Path))
@@ -156,8 +148,8 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 	dirIn := func(staging string) string { return filepath.Join(staging, c.Path) }
 	target := "/" + Root + "/" + c.Locator.Label
 	var tree *treeSpec
-	if d.lockPath != "" && installableOver(d.lockData) {
-		tree = &treeSpec{lockData: d.lockData}
+	if installableOver(d.locked) {
+		tree = &treeSpec{locked: d.locked}
 	}
 	return job{
 		tree:      tree,
@@ -191,7 +183,7 @@ func (d *depsInputs) job(c *toa.Component, in *install) job {
 			}
 			return binds
 		},
-		scripted: d.lockPath == "" || hasScripts(d.lockData),
+		scripted: hasScripts(d.locked),
 		fill: func(staging string, w *tarWriter) error {
 			modules := filepath.Join(dirIn(staging), "node_modules")
 			dst := Root + "/" + c.Locator.Label + "/node_modules"

@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -69,9 +70,7 @@ func fixture(t *testing.T, name string) *toa.Component {
 	if fileExists(filepath.Join(dir, "package.json")) {
 		c.PackageJSON = filepath.Join(dir, "package.json")
 	}
-	if fileExists(filepath.Join(dir, "package-lock.json")) {
-		c.PackageLock = filepath.Join(dir, "package-lock.json")
-	}
+	c.Lockfile = lockfile.Find(dir)
 	return c
 }
 

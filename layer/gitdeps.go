@@ -9,6 +9,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // ErrGitPrepare is what the *fault.Input of a git dependency whose prepare script must run wraps.
@@ -21,17 +22,13 @@ var ErrGitPrepare = errors.New("a git dependency needs its prepare script")
 // and what it builds (a dist folder, compiled code) is missing. Never skipped silently: each is
 // named, with what to do.
 func refuseGitPrepare(modules, what string) error {
-	data, err := fsys.ReadFile(filepath.Join(modules, ".package-lock.json"), fsys.MaxLockSize)
+	packages, err := lockfile.Read(lockfile.HiddenIn(modules))
 	if err != nil {
 		return nil // no tree, or none npm described: no git dependency to look at
 	}
-	packages, err := parseLock(data)
-	if err != nil {
-		return nil
-	}
 	var refused []string
 	for location, e := range packages {
-		if !fromGit(e.Resolved) {
+		if !e.FromGit() {
 			continue
 		}
 		var pkg struct {
@@ -55,14 +52,4 @@ func refuseGitPrepare(modules, what string) error {
 		Message: fmt.Sprintf("%s: %d git dependencies need their prepare script, which npm would run on the runner while it packs them, where toa-push runs no dependency's script:\n    %s",
 			what, len(refused), strings.Join(refused, "\n    ")),
 		Hint: "depend on a published version of the package, or on a tarball built with its prepare script (npm pack in its repository)"}
-}
-
-// fromGit reports whether a lockfile's resolved names a git repository.
-func fromGit(resolved string) bool {
-	for _, p := range []string{"git+", "git:", "github:", "gitlab:", "bitbucket:"} {
-		if strings.HasPrefix(resolved, p) {
-			return true
-		}
-	}
-	return false
 }

@@ -41,7 +41,7 @@ func TestGitDependencyWithPrepare(t *testing.T) {
 	}
 	os.Remove(marker)
 	c := &toa.Component{Path: dir, Name: "git", Namespace: "default", Locator: toa.NewLocator("git", "default"),
-		PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+		PackageJSON: filepath.Join(dir, "package.json"), Lockfile: filepath.Join(dir, "package-lock.json")}
 	_, err := Dependencies(t.Context(), c, amd64, WithCacheDir(t.TempDir()), npmCache)
 	var input *fault.Input
 	if !errors.As(err, &input) || !errors.Is(err, ErrGitPrepare) || !strings.Contains(err.Error(), "toa-test-prepared@1.0.0") ||

@@ -97,8 +97,8 @@ func (o *options) runLayers(ctx context.Context, in *install, j job) ([]v1.Layer
 	if err != nil {
 		return nil, err
 	}
-	if inBase {
-		defer o.prefetchBase(ctx, dir)() // the base unpacks while npm installs
+	if inBase && j.scripted {
+		defer o.prefetchBase(ctx)() // the base unpacks while npm installs
 	}
 	args = append(args, in.args(o, j.npmrc)...)
 	treeKey := j.key.withoutContent()

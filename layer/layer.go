@@ -165,19 +165,33 @@ func (o *options) mtime() (time.Time, error) {
 // SourceDateEpoch is the time of every entry of every layer, and of every image's config:
 // $SOURCE_DATE_EPOCH, else the Unix epoch, so that the same inputs give the same digests (see
 // reproducible-builds.org). A value that is not a number of seconds since 1970 is a
-// *fault.Input naming the variable. It is the one place the variable is read.
+// *fault.Input naming the variable and what is wrong with it, as the specification asks ("the
+// build process SHOULD exit with a non-zero error code"). It is the one place the variable is
+// read: toa-push reads it once, before any work, and hands the time to every room that writes
+// one (layers, configs, SBOMs, provenance, the artifact).
 func SourceDateEpoch() (time.Time, error) {
 	s := strings.TrimSpace(os.Getenv("SOURCE_DATE_EPOCH"))
 	if s == "" {
 		return time.Unix(0, 0).UTC(), nil
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > 1<<33-1 {
-		return time.Time{}, &fault.Input{Key: "SOURCE_DATE_EPOCH", Message: fmt.Sprintf("'%s' is not a time", s),
-			Hint: "set it to a number of seconds since 1970-01-01, like `git log -1 --format=%ct`, or unset it"}
+	var wrong string
+	switch {
+	case err != nil:
+		wrong = "not a whole number of seconds since 1970-01-01"
+	case n < 0:
+		wrong = "before 1970-01-01"
+	case n > maxEpoch:
+		wrong = fmt.Sprintf("after %s, the latest time a tar header holds (%d)", time.Unix(maxEpoch, 0).UTC().Format(time.DateOnly), int64(maxEpoch))
+	default:
+		return time.Unix(n, 0).UTC(), nil
 	}
-	return time.Unix(n, 0).UTC(), nil
+	return time.Time{}, &fault.Input{Key: "SOURCE_DATE_EPOCH", Message: fmt.Sprintf("'%s' is not a time: %s", fault.Printable(s), wrong),
+		Hint: "set it to a number of seconds since 1970-01-01, like `git log -1 --format=%ct`, or unset it"}
 }
+
+// maxEpoch is the latest modification time a tar header's 11 octal digits hold.
+const maxEpoch = 1<<33 - 1
 
 func (o *options) layersDir() string { return filepath.Join(o.cacheRoot, "layers") }
 

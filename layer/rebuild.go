@@ -279,18 +279,11 @@ func (o *options) warnScriptsSkipped(in *install, what, modules string) error {
 	return nil
 }
 
-// prefetchBase starts unpacking the base (cold: seconds) while the runner's npm installs, when
-// the install's lockfile in dir says a package has install scripts (hasScripts), so that they
-// can start in the base as soon as npm is done; baseRoot takes it. It returns what stops the
-// unpacking when nothing took it: a run that fails leaves no half-unpacked base.
-func (o *options) prefetchBase(ctx context.Context, dir string) (stop func()) {
-	lock := readOptional(filepath.Join(dir, "npm-shrinkwrap.json"))
-	if lock == "" {
-		lock = readOptional(filepath.Join(dir, "package-lock.json"))
-	}
-	if !hasScripts([]byte(lock)) {
-		return func() {}
-	}
+// prefetchBase starts unpacking the base (cold: seconds) while the runner's npm installs, for a
+// job whose lockfile says a package has install scripts (job.scripted), so that they can start
+// in the base as soon as npm is done; baseRoot takes it. It returns what stops the unpacking
+// when nothing took it: a run that fails leaves no half-unpacked base.
+func (o *options) prefetchBase(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &baseFuture{done: make(chan struct{})}
 	go func() {

@@ -161,7 +161,7 @@ type pkgFiles []pkgFile
 func packageFiles(components []*toa.Component) (pkgFiles, error) {
 	var files pkgFiles
 	for _, c := range components {
-		for _, file := range []string{c.PackageJSON, lockfileOf(c)} {
+		for _, file := range []string{c.PackageJSON, c.Lockfile} {
 			if file == "" {
 				continue
 			}

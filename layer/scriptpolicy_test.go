@@ -47,7 +47,7 @@ func TestAllowScriptsInBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &toa.Component{Path: dir, Name: "scripts", Namespace: "default", Locator: toa.NewLocator("scripts", "default"),
-		ModuleType: "commonjs", PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+		ModuleType: "commonjs", PackageJSON: filepath.Join(dir, "package.json"), Lockfile: filepath.Join(dir, "package-lock.json")}
 	var warnings collect
 	l, err := Dependencies(t.Context(), c, Platform{OS: "linux", Architecture: "arm64", Libc: "glibc"},
 		WithCacheDir(t.TempDir()), WithBase(base), WithBaseNode("18.20.4"), WithWarnings(warnings.warn))
@@ -136,7 +136,7 @@ func TestStrictAllowScriptsInBase(t *testing.T) {
 	dir := filepath.Join(root, "components", "scripts")
 	mustWrite(t, filepath.Join(dir, ".npmrc"), "strict-allow-scripts=true\n")
 	c := &toa.Component{Path: dir, Name: "scripts", Namespace: "default", Locator: toa.NewLocator("scripts", "default"),
-		ModuleType: "commonjs", PackageJSON: filepath.Join(dir, "package.json"), PackageLock: filepath.Join(dir, "package-lock.json")}
+		ModuleType: "commonjs", PackageJSON: filepath.Join(dir, "package.json"), Lockfile: filepath.Join(dir, "package-lock.json")}
 	_, err := Dependencies(t.Context(), c, Platform{OS: "linux", Architecture: "amd64", Libc: "glibc"},
 		WithCacheDir(t.TempDir()), WithBase(base), WithBaseNode("18.20.4"), WithContextRoot(root))
 	var input *fault.Input

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // The incremental install of a changed lockfile. The last node_modules a component's install
@@ -25,15 +26,16 @@ import (
 // the lockfile before any layer is written from it; on any doubt the install is `npm ci` from
 // an empty folder, as without a kept tree. See DESIGN.md, "Incremental installs".
 
-// treeSpec is what an install that may start from a kept tree needs: the lockfile it installs.
+// treeSpec is what an install that may start from a kept tree needs: the packages of the
+// lockfile it installs.
 type treeSpec struct {
-	lockData []byte
+	locked lockfile.Packages
 }
 
 // keptTree is a tree taken out of the cache for this install: the packages its hidden lockfile
 // named before npm ran over it.
 type keptTree struct {
-	before map[string]lockEntry
+	before lockfile.Packages
 	// scripted are the install paths ("a/node_modules/b") of its packages with install scripts,
 	// which ran when it was installed: what they did stays in the tree
 	scripted map[string]bool
@@ -68,7 +70,7 @@ func (o *options) takeTree(key, staging, modules string) *keptTree {
 		o.warn(fmt.Sprintf("the node_modules kept in the cache %s changed since it was kept: it is not used, and npm installs anew", fsys.Trees.Dir(o.cacheRoot)))
 		return nil
 	}
-	before, err := readLock(filepath.Join(kept, ".package-lock.json"))
+	before, err := lockfile.Read(lockfile.HiddenIn(kept))
 	if err != nil {
 		fsys.RemoveAll(held)
 		return nil
@@ -137,7 +139,7 @@ func (o *options) installOver(ctx context.Context, kept *keptTree, spec *treeSpe
 	incremental := append([]string{"install", "--no-save"}, args[1:]...)
 	out, err := o.runNpm(ctx, dir, incremental...)
 	if err == nil {
-		changed, err = checkTree(modules, spec.lockData, kept.before)
+		changed, err = checkTree(modules, spec.locked, kept.before)
 	}
 	if err == nil {
 		err = kept.scriptsStay(modules, changed)
@@ -167,61 +169,20 @@ func (k *keptTree) scriptsStay(modules string, changed map[string]bool) error {
 	return nil
 }
 
-// lockEntry is what a lockfile, or npm's hidden lockfile, says of one install path.
-type lockEntry struct {
-	Name             string `json:"name"`
-	HasInstallScript bool   `json:"hasInstallScript"`
-	Version          string `json:"version"`
-	Resolved         string `json:"resolved"`
-	Integrity        string `json:"integrity"`
-	Link             bool   `json:"link"`
-	Dev              bool   `json:"dev"`
-	Optional         bool   `json:"optional"`
-	DevOptional      bool   `json:"devOptional"`
-}
-
-func (e lockEntry) same(o lockEntry) bool {
-	return e.Version == o.Version && e.Resolved == o.Resolved && e.Integrity == o.Integrity && e.Link == o.Link
-}
-
-// parseLock reads the packages of a lockfile of version 2 or 3, without the root's entry.
-func parseLock(data []byte) (map[string]lockEntry, error) {
-	var lock struct {
-		Packages map[string]lockEntry `json:"packages"`
-	}
-	if err := json.Unmarshal(data, &lock); err != nil {
-		return nil, err
-	}
-	if lock.Packages == nil {
-		return nil, errors.New("no packages: a lockfile of version 1")
-	}
-	delete(lock.Packages, "")
-	return lock.Packages, nil
-}
-
 // installableOver reports whether a lockfile may be installed over a kept tree: one of version 2
-// or 3 whose packages all come from a registry or a URL. Local packages (`file:` folders,
-// workspaces) are installed as copies (--install-links), which npm's hidden lockfile names
-// otherwise than the lockfile: their installs are always npm ci's.
-func installableOver(lockData []byte) bool {
-	packages, err := parseLock(lockData)
-	if err != nil {
+// or 3 (nil: none, or one npm cannot read) whose packages all come from a registry or a URL.
+// Local packages (`file:` folders, workspaces) are installed as copies (--install-links), which
+// npm's hidden lockfile names otherwise than the lockfile: their installs are always npm ci's.
+func installableOver(locked lockfile.Packages) bool {
+	if locked == nil {
 		return false
 	}
-	for p, e := range packages {
-		if e.Link || !strings.HasPrefix(p, "node_modules/") || strings.HasPrefix(e.Resolved, "file:") {
+	for _, p := range locked {
+		if p.Local() {
 			return false
 		}
 	}
 	return true
-}
-
-func readLock(path string) (map[string]lockEntry, error) {
-	data, err := fsys.ReadFile(path, fsys.MaxLockSize)
-	if err != nil {
-		return nil, err
-	}
-	return parseLock(data)
 }
 
 // checkTree checks that modules, as npm left it over a kept tree, is what npm ci would install
@@ -230,23 +191,19 @@ func readLock(path string) (map[string]lockEntry, error) {
 // integrity, and nothing else; the disk holds exactly the packages the hidden lockfile names;
 // every .bin link leads to a file. Folders npm emptied and left (a nested node_modules, .bin, a
 // scope) are removed first, as npm ci makes none. It returns the packages added or changed.
-func checkTree(modules string, lockData []byte, before map[string]lockEntry) (map[string]bool, error) {
-	want, err := parseLock(lockData)
-	if err != nil {
-		return nil, err
-	}
-	got, err := readLock(filepath.Join(modules, ".package-lock.json"))
+func checkTree(modules string, want, before lockfile.Packages) (map[string]bool, error) {
+	got, err := lockfile.Read(lockfile.HiddenIn(modules))
 	if err != nil {
 		return nil, fmt.Errorf("read npm's hidden lockfile: %w", err)
 	}
 	for p, g := range got {
 		w, ok := want[p]
-		if !ok || !w.same(g) {
+		if !ok || !w.SameInstall(g) {
 			return nil, fmt.Errorf("%s is %s in node_modules, %s in the lockfile", p, g.Version, w.Version)
 		}
 	}
 	for p, w := range want {
-		if _, ok := got[p]; !ok && strings.HasPrefix(p, "node_modules/") && !w.Dev && !w.Optional && !w.DevOptional {
+		if _, ok := got[p]; !ok && w.Installed() && !w.Dev && !w.Optional && !w.DevOptional {
 			return nil, fmt.Errorf("%s is missing from node_modules", p)
 		}
 	}
@@ -273,7 +230,7 @@ func checkTree(modules string, lockData []byte, before map[string]lockEntry) (ma
 	}
 	changed := map[string]bool{}
 	for p, g := range got {
-		if b, ok := before[p]; !ok || !b.same(g) {
+		if b, ok := before[p]; !ok || !b.SameInstall(g) {
 			changed[strings.TrimPrefix(p, "node_modules/")] = true
 		}
 	}
@@ -423,17 +380,13 @@ func onlyThese(pkgs []scriptPackage, only func(rel string) bool) []scriptPackage
 // hasScripts reports whether a lockfile may install a package with install scripts: one it says
 // has them (hasInstallScript, which npm also sets for a binding.gyp), or one whose scripts it
 // cannot know (a local folder, a link, a git repository). Not for dev packages, which the install
-// leaves out. A lockfile npm cannot read, or none, may.
-func hasScripts(lockData []byte) bool {
-	packages, err := parseLock(lockData)
-	if err != nil {
+// leaves out. No lockfile, or one npm cannot read (nil), may.
+func hasScripts(locked lockfile.Packages) bool {
+	if locked == nil {
 		return true
 	}
-	for location, e := range packages {
-		if e.Dev {
-			continue
-		}
-		if e.HasInstallScript || e.Link || fromGit(e.Resolved) || strings.HasPrefix(e.Resolved, "file:") || !strings.HasPrefix(location, "node_modules/") {
+	for _, p := range locked {
+		if !p.Dev && (p.HasInstallScript || p.Local() || p.FromGit()) {
 			return true
 		}
 	}

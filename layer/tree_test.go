@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 	"github.com/toa-deploy/toa-deploy/toa"
 
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
@@ -98,7 +99,7 @@ func TestIncrementalOutOfSyncLockfile(t *testing.T) {
 		c := fixture(t, "split-ms-2.1.2")
 		c.Name, c.Locator = "split", toa.NewLocator("split", "default")
 		if dir != "" {
-			c.Path, c.PackageJSON, c.PackageLock = dir, filepath.Join(dir, "package.json"), filepath.Join(dir, "package-lock.json")
+			c.Path, c.PackageJSON, c.Lockfile = dir, filepath.Join(dir, "package.json"), filepath.Join(dir, "package-lock.json")
 		}
 		return c
 	}
@@ -158,7 +159,7 @@ func TestCheckTree(t *testing.T) {
 	hidden := `{"lockfileVersion":3,"packages":{
 		"node_modules/a":{"version":"1.0.0","integrity":"sha512-a"},
 		"node_modules/b":{"version":"2.0.0","integrity":"sha512-b"}}}`
-	before := map[string]lockEntry{"node_modules/a": {Version: "1.0.0", Integrity: "sha512-a"}}
+	before := lockfile.Packages{"node_modules/a": {Path: "node_modules/a", Version: "1.0.0", Integrity: "sha512-a"}}
 	for _, c := range []struct {
 		name  string
 		tree  map[string]string // files; "->x" a link to x
@@ -191,7 +192,11 @@ func TestCheckTree(t *testing.T) {
 				}
 				os.WriteFile(p, []byte(content), 0o644)
 			}
-			changed, err := checkTree(modules, []byte(c.lock), before)
+			want, err := lockfile.Parse([]byte(c.lock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed, err := checkTree(modules, want, before)
 			if c.wrong == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -14,7 +14,7 @@ type Service struct {
 	Reference string // the package that declares it
 	Dir       string // the package's installed folder: what its image is built of
 	Group     string
-	Name      string // "<group>-<name>": its objects are extension-<Name>
+	Name      string // "<group>-<name>": its objects are named ObjectName()
 	Version   string
 	// Published is the repository its extension publishes the image to, without a tag; "" when
 	// it publishes none.
@@ -34,6 +34,10 @@ type Service struct {
 
 	resourcesKey string
 }
+
+// ObjectName is the name of the service's Deployment, Service and Ingress, and of the image
+// toa-push builds of it: "extension-<group>-<name>", as Toa's chart names them.
+func (s *Service) ObjectName() string { return "extension-" + s.Name }
 
 // Ingress is how a service, or mono, is reached from outside: the context's `ingress` merged
 // with what the service asks.

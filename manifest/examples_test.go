@@ -118,11 +118,7 @@ func renderContext(t *testing.T, dir, env string) (map[string]Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	images := Images{}
-	for _, img := range plan.Images() {
-		images[img.Name] = img.Repository + ":" + fakeTag(img.Name)
-	}
-	objects, err := Objects(app, images, WithDependencies(deps))
+	objects, err := Objects(app, planned(plan, false, fakeTag), WithDependencies(deps))
 	if err != nil {
 		return nil, err
 	}

@@ -194,16 +194,14 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 		t.Fatal(err)
 	}
 	var pins []types.Image
-	containers := Images{}
 	for i, img := range plan.Images() {
 		pin := types.Image{Name: img.Repository, NewTag: fakeTag(img.Name)}
 		if i == 0 {
 			pin.Digest = fakeDigest(img.Name)
 		}
 		pins = append(pins, pin)
-		containers[img.Name] = img.Repository + ":" + pin.NewTag
 	}
-	objects, err := Objects(a, containers, WithDependencies(deps))
+	objects, err := Objects(a, planned(plan, mono, fakeTag), WithDependencies(deps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +219,23 @@ func writeMono(t *testing.T, app, env string, mono bool, dir string) {
 func serviceImagesOf(app *toa.Application, deps *Dependencies, mono bool) []image.Service {
 	var out []image.Service
 	for _, s := range ServiceImages(app, deps, mono) {
-		out = append(out, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+		out = append(out, image.Service{Name: s.ObjectName(), Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+	}
+	return out
+}
+
+// planned are the plan's images as the pipeline hands them to Objects, tagged by tag.
+func planned(plan *image.Plan, mono bool, tag func(name string) string) Images {
+	out := Images{Mono: mono}
+	for _, img := range plan.Images() {
+		w := Image{Kind: KindMono, Name: img.Name, Reference: img.Repository + ":" + tag(img.Name)}
+		switch {
+		case img.Composition != nil:
+			w.Kind, w.Composition = KindComposition, img.Composition.Name
+		case img.Service != nil:
+			w.Kind = KindService
+		}
+		out.List = append(out.List, w)
 	}
 	return out
 }

@@ -1,8 +1,6 @@
 package manifest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"reflect"
 	"strings"
@@ -135,7 +133,7 @@ func TestComponentServices(t *testing.T) {
 	other := component("todos", "lists")
 	app.Components = append(app.Components, other)
 	app.Compositions = append(app.Compositions, &toa.Composition{Name: "todos-lists", Components: []*toa.Component{other}})
-	images["composition-todos-lists"] = "r/todos-lists:00000000"
+	images.List = append(images.List, Image{Kind: KindComposition, Name: "composition-todos-lists", Composition: "todos-lists", Reference: "r/todos-lists:00000000"})
 
 	objects, err := Objects(app, images)
 	if err != nil {
@@ -428,7 +426,7 @@ func edge(resources *toa.Resources) (*toa.Application, Images) {
 	c := &toa.Composition{Name: "edge", Declared: true, Components: []*toa.Component{tasks, stats}, Resources: resources}
 	app := &toa.Application{Name: "acme", Environment: "test", File: "/src/acme/context.toa.yaml",
 		Components: []*toa.Component{tasks, stats}, Compositions: []*toa.Composition{c}}
-	return app, Images{"composition-edge": "registry.example.com/acme/composition-edge:1a2b3c4d"}
+	return app, Images{List: []Image{{Kind: KindComposition, Name: "composition-edge", Composition: "edge", Reference: "registry.example.com/acme/composition-edge:1a2b3c4d"}}}
 }
 
 func component(namespace, name string) *toa.Component {
@@ -471,12 +469,7 @@ func objectsOf(t *testing.T, app *toa.Application) []Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	images := Images{}
-	for _, img := range plan.Images() {
-		sum := sha256.Sum256([]byte(img.Name))
-		images[img.Name] = img.Repository + ":" + hex.EncodeToString(sum[:4])
-	}
-	objects, err := Objects(app, images)
+	objects, err := Objects(app, planned(plan, false, fakeTag))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,12 +37,6 @@ func WithDependencies(d *Dependencies) Option {
 	return func(o *options) { o.deps = d }
 }
 
-// Images are the container images of the application's workloads, by the name of their image
-// ("composition-front", "mono", "extension-exposition-gateway"): the repository, with the tag
-// where it is known. The kustomization pins each by digest, or sets the tag where it is not
-// known here. Images with "mono" are of the mono deployment.
-type Images map[string]string
-
 // Objects returns the application's Kubernetes objects, as Toa 289's chart rendered them:
 // Describe, then Values.Objects. A mistake in the application is a *fault.Input.
 func Objects(app *toa.Application, images Images, opts ...Option) ([]Object, error) {
@@ -77,7 +71,7 @@ const (
 func (v *Values) Objects(file string) ([]Object, error) {
 	var out []Object
 	for _, w := range v.Compositions {
-		d, err := v.composition(w, "composition-"+w.Name)
+		d, err := v.composition(w)
 		if err != nil {
 			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
@@ -94,7 +88,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 		out = append(out, objects...)
 	}
 	if w := v.Mono; w != nil {
-		d, err := v.composition(w, MonoWorkload)
+		d, err := v.composition(w)
 		if err != nil {
 			return nil, &fault.Input{File: file, Key: w.resourcesKey, Message: w.Subject + ": " + err.Error(), Err: err}
 		}
@@ -104,9 +98,9 @@ func (v *Values) Objects(file string) ([]Object, error) {
 			for _, b := range w.Backends {
 				ports = append(ports, servicePort(b.Port))
 			}
-			out = append(out, kubeService(MonoWorkload, w.Annotations, map[string]string{labelPrefix + "composition": MonoWorkload}, ports))
+			out = append(out, kubeService(w.Deployment, w.Annotations, map[string]string{labelPrefix + "composition": w.Name}, ports))
 			if w.Ingress != nil {
-				out = append(out, ingress(MonoWorkload, w.Ingress, w.Backends))
+				out = append(out, ingress(w.Deployment, w.Ingress, w.Backends))
 			}
 		}
 	}
@@ -114,7 +108,7 @@ func (v *Values) Objects(file string) ([]Object, error) {
 }
 
 // composition is templates/compositions.yaml, and mono.yaml's Deployment.
-func (v *Values) composition(w *Workload, name string) (*appsv1.Deployment, error) {
+func (v *Values) composition(w *Workload) (*appsv1.Deployment, error) {
 	selector := map[string]string{labelPrefix + "composition": w.Name}
 	labels := map[string]string{labelPrefix + "composition": w.Name}
 	for _, c := range w.Components {
@@ -153,7 +147,7 @@ func (v *Values) composition(w *Workload, name string) (*appsv1.Deployment, erro
 		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: m.Name, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: m.Claim}}})
 	}
-	return deployment(name, w.Replicas, selector, labels, pod), nil
+	return deployment(w.Deployment, w.Replicas, selector, labels, pod), nil
 }
 
 // appendPort lists a container port once: a service whose probe answers on its own port binds
@@ -171,7 +165,7 @@ func appendPort(ports []corev1.ContainerPort, port int32) []corev1.ContainerPort
 // Service where it has a port, its Ingress where it asks for one.
 func serviceObjects(s *Service) ([]Object, error) {
 	var out []Object
-	name := "extension-" + s.Name
+	name := s.ObjectName()
 	if len(s.Workload) == 0 {
 		selector := map[string]string{labelPrefix + "service": name}
 		labels := map[string]string{labelPrefix + "service": name, labelPrefix + "service-" + s.Name: "1"}

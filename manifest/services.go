@@ -10,13 +10,11 @@ import (
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
-// MonoWorkload is the name of the one workload of --mono.
-const MonoWorkload = "mono"
-
-// claim copies the services and says which workloads run each, as Toa's Factory does: mono runs
-// every one; otherwise the compositions that list a service's package run it. A composition
-// that lists a package whose declaration has no service is refused.
-func claim(app *toa.Application, declared []*Service, mono bool) ([]*Service, error) {
+// claim copies the services and says which workloads run each, as Toa's Factory does: mono (the
+// workload named mono, when it is not "") runs every one; otherwise the compositions that list a
+// service's package run it. A composition that lists a package whose declaration has no service
+// is refused.
+func claim(app *toa.Application, declared []*Service, mono string) ([]*Service, error) {
 	services := make([]*Service, len(declared))
 	for i, s := range declared {
 		c := *s
@@ -39,8 +37,8 @@ func claim(app *toa.Application, declared []*Service, mono bool) ([]*Service, er
 		}
 	}
 	for _, s := range services {
-		if mono {
-			s.Workload = []string{MonoWorkload}
+		if mono != "" {
+			s.Workload = []string{mono}
 			continue
 		}
 		for _, c := range app.Compositions {
@@ -201,8 +199,8 @@ func serviceImage(app *toa.Application, images Images, s *Service) (string, erro
 	if app.Registry.Services == "published" && s.Published != "" {
 		return s.Published + ":" + app.Runtime.Version, nil
 	}
-	if img, ok := images["extension-"+s.Name]; ok {
-		return img, nil
+	if img, ok := images.find(KindService, s.ObjectName()); ok {
+		return img.Reference, nil
 	}
 	return "", fmt.Errorf("no image is given for the service '%s' of %s", s.Name, s.Reference)
 }
@@ -240,11 +238,12 @@ func expose(app *toa.Application, s *Service) error {
 
 // describeMono is Toa's mono unit: every component, every variable and mount of any key, every
 // service folded in, and one Service and one Ingress that front them all.
-func describeMono(app *toa.Application, img string, deps *Dependencies, variables []Scoped[Variable], services []*Service) *Workload {
+func describeMono(app *toa.Application, img Image, deps *Dependencies, variables []Scoped[Variable], services []*Service) *Workload {
 	w := &Workload{
-		Name:         MonoWorkload,
+		Name:         img.Name,
+		Deployment:   img.Name,
 		Subject:      "The mono deployment",
-		Image:        img,
+		Image:        img.Reference,
 		Replicas:     int32(app.Mono.Replicas),
 		Resources:    app.Mono.Resources,
 		resourcesKey: "mono.resources",

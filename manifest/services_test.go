@@ -30,15 +30,14 @@ func explorer() *Service {
 		Port: 8002, Ingress: &Ingress{Path: "/.introspection"}}
 }
 
-func withServices(app *toa.Application, images Images, services ...*Service) *Dependencies {
+func withServices(app *toa.Application, images *Images, services ...*Service) *Dependencies {
 	deps := &Dependencies{Services: services, Probe: &Probe{Path: "/.ready", Port: 8001},
 		Variables: []Scoped[Variable]{
 			{Key: "identity-tokens", Items: []Variable{{Name: "TOA_CONFIGURATION_IDENTITY_TOKENS", Value: "e30="}}},
 			{Key: "todos-tasks", Items: []Variable{{Name: "TOA_MONGODB_TODOS_TASKS", Value: "mongodb://mongo"}}},
 		}}
-	_, mono := images[MonoWorkload]
-	for _, s := range ServiceImages(app, deps, mono) {
-		images["extension-"+s.Name] = "registry.example.com/acme/extension-" + s.Name + ":5e41ce00"
+	for _, s := range ServiceImages(app, deps, images.Mono) {
+		images.List = append(images.List, Image{Kind: KindService, Name: s.ObjectName(), Reference: "registry.example.com/acme/" + s.ObjectName() + ":5e41ce00"})
 	}
 	return deps
 }
@@ -63,7 +62,7 @@ func TestServiceOfItsOwn(t *testing.T) {
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}, Class: "nginx", Default: &yes,
 		Annotations: map[string]string{"a": "b"}}
 	app.Registry.Base = "registry.example.com"
-	deps := withServices(app, images, gateway())
+	deps := withServices(app, &images, gateway())
 	objects := objectsByName(t, app, images, deps)
 
 	d := objects["Deployment/extension-exposition-gateway"].(*appsv1.Deployment)
@@ -114,7 +113,7 @@ func TestServiceACompositionRuns(t *testing.T) {
 	app, images := edge(&toa.Resources{None: true})
 	app.Compositions[0].Services = []string{"@toa.io/extensions.exposition"}
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-	deps := withServices(app, images, gateway())
+	deps := withServices(app, &images, gateway())
 	objects := objectsByName(t, app, images, deps)
 	if _, ok := objects["Deployment/extension-exposition-gateway"]; ok {
 		t.Error("a Deployment of a service a composition runs")
@@ -125,7 +124,7 @@ func TestServiceACompositionRuns(t *testing.T) {
 	if _, ok := objects["Ingress/extension-exposition-gateway"]; !ok {
 		t.Error("no Ingress of the hosted gateway")
 	}
-	if _, ok := images["extension-exposition-gateway"]; ok {
+	if _, ok := images.find(KindService, "extension-exposition-gateway"); ok {
 		t.Error("an image for a service a composition runs")
 	}
 	d := objects["Deployment/composition-edge"].(*appsv1.Deployment)
@@ -154,7 +153,7 @@ func TestPublishedServiceImage(t *testing.T) {
 	app.Resources = &toa.Resources{None: true}
 	app.Runtime.Version = "1.0.0-alpha.289"
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-	deps := withServices(app, images, gateway())
+	deps := withServices(app, &images, gateway())
 	if n := len(ServiceImages(app, deps, false)); n != 0 {
 		t.Errorf("%d images to build of a published service", n)
 	}
@@ -168,10 +167,10 @@ func TestMono(t *testing.T) {
 	app, _ := edge(nil)
 	app.Mono = toa.Mono{Replicas: 3, Resources: memory("512Mi", "1Gi")}
 	app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}, Class: "nginx"}
-	images := Images{"mono": "registry.example.com/acme/mono:0a0b0c0d"}
+	images := Images{Mono: true, List: []Image{{Kind: KindMono, Name: "mono", Reference: "registry.example.com/acme/mono:0a0b0c0d"}}}
 	g := gateway()
 	g.Annotations = map[string]string{"svc": "1"}
-	deps := withServices(app, images, g, explorer())
+	deps := withServices(app, &images, g, explorer())
 	deps.Mounts = []Scoped[Mount]{{Key: "todos-lists", Items: []Mount{{Name: "tmp", Path: "/tmp", Claim: "tmp"}}}}
 	objects, err := Objects(app, images, WithDependencies(deps))
 	if err != nil {
@@ -285,7 +284,7 @@ func TestServiceRefusals(t *testing.T) {
 			app, images := edge(&toa.Resources{None: true})
 			app.Resources = &toa.Resources{None: true}
 			app.Ingress = &toa.Ingress{Hosts: []string{"acme.example"}}
-			deps := withServices(app, images, tc.setup(app)...)
+			deps := withServices(app, &images, tc.setup(app)...)
 			_, err := Objects(app, images, WithDependencies(deps))
 			var e *fault.Input
 			if !errors.As(err, &e) {
@@ -297,7 +296,7 @@ func TestServiceRefusals(t *testing.T) {
 		})
 	}
 	app, _ := edge(nil)
-	images := Images{"mono": "r/mono:0a0b0c0d"}
+	images := Images{Mono: true, List: []Image{{Kind: KindMono, Name: "mono", Reference: "r/mono:0a0b0c0d"}}}
 	_, err := Objects(app, images)
 	if want := "The mono deployment declares no resources."; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v, want %s", err, want)

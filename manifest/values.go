@@ -21,15 +21,59 @@ import (
 type Values struct {
 	Context      string      // the context's name
 	Credentials  string      // the image pull Secret every composition names, or ""
-	Compositions []*Workload // a `composition-<name>` Deployment each
+	Compositions []*Workload // a Deployment each, named as the plan names its image
 	Components   []string    // the labels of the components deployed: a Service each
-	Services     []*Service  // the extensions' services: objects named extension-<name>
-	Mono         *Workload   // the `mono` Deployment of --mono, with its Service and Ingress; nil otherwise
+	Services     []*Service  // the extensions' services: objects named by Service.ObjectName
+	Mono         *Workload   // the one Deployment of --mono, with its Service and Ingress; nil otherwise
+}
+
+// Kind is what a workload runs.
+type Kind int
+
+const (
+	KindComposition Kind = iota + 1 // a composition's components
+	KindMono                        // every component and every service: --mono
+	KindService                     // an extension service deployed on its own
+)
+
+// Image is the container image of one workload, as the plan names it.
+type Image struct {
+	Kind Kind
+	// Name is the workload's, which its image, its Deployment and (mono's) its Service and
+	// Ingress take: "composition-front", "mono", "extension-exposition-gateway".
+	Name string
+	// Composition is the name of the composition it runs, for KindComposition.
+	Composition string
+	// Reference is what its container names: the repository, with the tag where it is known
+	// (the kustomization pins it by digest, or sets the tag where it is not known here).
+	Reference string
+}
+
+// Images are the images of the application's workloads, as the plan hands them over, and
+// whether the application is deployed as one mono workload.
+type Images struct {
+	Mono bool
+	List []Image
+}
+
+// find is the image of kind whose Composition (for KindComposition) or Name (for KindService)
+// is name; mono's for KindMono.
+func (im Images) find(kind Kind, name string) (Image, bool) {
+	for _, img := range im.List {
+		if img.Kind != kind {
+			continue
+		}
+		if kind == KindMono || (kind == KindComposition && img.Composition == name) || (kind == KindService && img.Name == name) {
+			return img, true
+		}
+	}
+	return Image{}, false
 }
 
 // Workload is one Deployment as Toa's values describe it: a composition's, or mono's.
 type Workload struct {
-	Name       string         // the composition's name, or "mono"
+	Name       string         // the composition's name, or mono's: its pods' toa/composition label
+	Deployment string         // its Deployment's name, its image's: "composition-front", "mono"
 	Subject    string         // how messages name it: "Composition 'edge'"
 	Image      string         // the container's image: the repository, and its tag when known
 	Replicas   int32          // 0 takes the chart's default, 2
@@ -118,8 +162,14 @@ func Describe(app *toa.Application, images Images, deps *Dependencies) (*Values,
 		deps = &Dependencies{}
 	}
 	v := &Values{Context: app.Name, Credentials: app.Registry.Credentials}
-	mono, isMono := images[MonoWorkload]
-	services, err := claim(app, deps.Services, isMono)
+	var mono Image
+	if images.Mono {
+		var ok bool
+		if mono, ok = images.find(KindMono, ""); !ok {
+			return nil, fmt.Errorf("no image is given for the mono deployment")
+		}
+	}
+	services, err := claim(app, deps.Services, mono.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +177,7 @@ func Describe(app *toa.Application, images Images, deps *Dependencies) (*Values,
 		return nil, err
 	}
 	variables := events(app, deps, globals(app, deps.Variables))
-	if isMono {
+	if images.Mono {
 		v.Mono = describeMono(app, mono, deps, variables, services)
 		v.Components = v.Mono.Components
 		if err := settleResources(app, v); err != nil {
@@ -136,14 +186,15 @@ func Describe(app *toa.Application, images Images, deps *Dependencies) (*Values,
 		return v, nil
 	}
 	for i, c := range app.Compositions {
-		img, ok := images["composition-"+c.Name]
+		img, ok := images.find(KindComposition, c.Name)
 		if !ok {
 			return nil, fmt.Errorf("no image is given for composition '%s'", c.Name)
 		}
 		w := &Workload{
-			Name:    c.Name,
-			Subject: fmt.Sprintf("Composition '%s'", c.Name),
-			Image:   img,
+			Name:       c.Name,
+			Deployment: img.Name,
+			Subject:    fmt.Sprintf("Composition '%s'", c.Name),
+			Image:      img.Reference,
 		}
 		for _, m := range c.Components {
 			w.Components = append(w.Components, m.Locator.Label)

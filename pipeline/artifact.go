@@ -15,6 +15,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/manifest"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 // ArtifactReport is the kustomization pushed as a Flux artifact.
@@ -167,25 +168,12 @@ func attachProvenance(ctx context.Context, dest image.Destination, build *attest
 
 // signArtifact adds signer's signature of digest under its cosign signature tag in repo,
 // unless it is there, and returns the tag.
-func signArtifact(ctx context.Context, dest image.Destination, signer *attest.Signer, repo name.Repository, digest v1.Hash) (string, error) {
-	tag, err := attest.SignatureTag(repo, digest.String())
+func signArtifact(ctx context.Context, dest image.Destination, signer *sign.Signer, repo name.Repository, digest v1.Hash) (string, error) {
+	signature, _, err := image.Sign(ctx, dest, signer, repo.Name(), digest.String())
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("sign the artifact: %w", err)
 	}
-	existing, err := dest.Manifest(ctx, tag.String())
-	if err != nil {
-		return "", err
-	}
-	sigs, err := signer.SignatureImage(existing, repo.Name(), digest.String())
-	if err != nil {
-		return "", err
-	}
-	if sigs != nil {
-		if _, err := dest.WriteManifest(ctx, tag.String(), sigs); err != nil {
-			return "", fmt.Errorf("sign the artifact %s@%s: %w", repo.Name(), digest, err)
-		}
-	}
-	return tag.String(), nil
+	return signature.Reference, nil
 }
 
 // pushLayoutArtifact pushes the artifact a layout holds, if any, after its images: what is
@@ -220,11 +208,11 @@ func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) 
 		if err != nil || m == nil {
 			return nil, err
 		}
-		if strings.HasSuffix(e.Reference, ".sig") {
+		if sign.IsTag(e.Reference) {
 			if err := pushSignatures(ctx, dest, e.Reference, m); err != nil {
 				return nil, err
 			}
-			if strings.HasSuffix(e.Reference, strings.Replace(found.Digest, ":", "-", 1)+".sig") {
+			if strings.HasSuffix(e.Reference, ":"+sign.TagName(found.Digest)) {
 				report.Signature = e.Reference
 			}
 			continue

@@ -23,7 +23,7 @@ func TestWriteKustomization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objects, err := manifest.Objects(app, plan.ContainerImages())
+	objects, err := manifest.Objects(app, workloadImages(plan, false))
 	if err != nil {
 		t.Fatal(err)
 	}

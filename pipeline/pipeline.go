@@ -21,6 +21,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 // DefaultKustomization is where the kustomization goes when WithKustomization does not say.
@@ -46,7 +47,7 @@ type options struct {
 	now            func() time.Time
 	planning       bool // Plan: a base out of reach is planned from the cache
 	sbom           attest.Format
-	signer         *attest.Signer
+	signer         *sign.Signer
 	compression    layer.Compression
 	// scriptsOnRunner and scriptNetwork: where and with which network other people's code runs
 	// (WithScripts)
@@ -62,7 +63,7 @@ func WithMono(mono bool) Option { return func(o *options) { o.mono = mono } }
 // WithAttestation attaches to every image Push builds an SBOM per platform in format and
 // provenance (attest.None: neither), and, with a signer, cosign signatures of the images and of
 // what is attached. Without it nothing is attached.
-func WithAttestation(format attest.Format, signer *attest.Signer) Option {
+func WithAttestation(format attest.Format, signer *sign.Signer) Option {
 	return func(o *options) { o.sbom, o.signer = format, signer }
 }
 

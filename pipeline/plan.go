@@ -86,7 +86,7 @@ func prepare(ctx context.Context, path, env string, o *options) (*Planned, error
 	for _, w := range plan.Warnings() {
 		o.warn(w)
 	}
-	objects, err := manifest.Objects(app, plan.ContainerImages(), manifest.WithDependencies(deps))
+	objects, err := manifest.Objects(app, workloadImages(plan, o.mono), manifest.WithDependencies(deps))
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,29 @@ func toolchain(ctx context.Context, o *options) (*layer.Runner, layer.Toolchain,
 func serviceImages(services []*manifest.Service) []image.Service {
 	out := make([]image.Service, 0, len(services))
 	for _, s := range services {
-		out = append(out, image.Service{Name: "extension-" + s.Name, Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+		out = append(out, image.Service{Name: s.ObjectName(), Reference: s.Reference, Dir: s.Dir, Version: s.Version})
+	}
+	return out
+}
+
+// workloadImages hand the plan's images to manifest, typed: each one's workload (a composition's,
+// mono's, an extension service's), its name as the plan gave it, and what its container names:
+// the repository and its tag, or the repository alone while the tag is not known (the
+// kustomization then pins it).
+func workloadImages(plan *image.Plan, mono bool) manifest.Images {
+	out := manifest.Images{Mono: mono}
+	for _, img := range plan.Images() {
+		w := manifest.Image{Kind: manifest.KindMono, Name: img.Name, Reference: img.Reference()}
+		if w.Reference == "" {
+			w.Reference = img.Repository
+		}
+		switch {
+		case img.Composition != nil:
+			w.Kind, w.Composition = manifest.KindComposition, img.Composition.Name
+		case img.Service != nil:
+			w.Kind = manifest.KindService
+		}
+		out.List = append(out.List, w)
 	}
 	return out
 }

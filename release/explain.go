@@ -12,6 +12,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // Explainer gives the errors of a run the words and fault classes of DESIGN.md's exit codes:
@@ -26,7 +27,7 @@ type Explainer struct {
 func (x Explainer) Explain(err error) error {
 	var input *fault.Input
 	var awaiting *rollout.Awaiting
-	var failure *rollout.Failure
+	var failure *status.Failure
 	var noAnswer *cluster.NoAnswer
 	var held *HeldError
 	switch {
@@ -45,7 +46,7 @@ func (x Explainer) Explain(err error) error {
 	case errors.As(err, &noAnswer):
 		return fault.TimedOut(err)
 	case errors.As(err, &awaiting):
-		var pods []rollout.PodReport
+		var pods []status.PodReport
 		for _, s := range awaiting.Objects {
 			pods = append(pods, s.Pods...)
 		}
@@ -59,12 +60,12 @@ func (x Explainer) Explain(err error) error {
 }
 
 // Explanation is the text of pod reports under an error, "" for none.
-func Explanation(pods []rollout.PodReport) string {
+func Explanation(pods []status.PodReport) string {
 	if len(pods) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	b.WriteByte('\n')
-	rollout.WritePods(&b, pods, time.Now())
+	status.WritePods(&b, pods, time.Now())
 	return strings.TrimRight(b.String(), "\n")
 }

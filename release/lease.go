@@ -79,7 +79,7 @@ func acquire(ctx context.Context, k *cluster.Client, set rollout.Set, holder str
 		switch {
 		case apierrors.IsNotFound(err):
 			l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: set.Name, Namespace: set.Namespace,
-				Labels: map[string]string{rollout.LabelContext: contextOf(set)}},
+				Labels: map[string]string{rollout.LabelContext: set.Context()}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, AcquireTime: &now, RenewTime: &now}}
 			live, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: rollout.FieldManager})
 			if apierrors.IsAlreadyExists(err) && attempt < 3 {
@@ -114,8 +114,6 @@ func acquire(ctx context.Context, k *cluster.Client, set rollout.Set, holder str
 		return l, nil
 	}
 }
-
-func contextOf(set rollout.Set) string { return set.Name[len("toa-"):] }
 
 func heldByOther(l *coordinationv1.Lease, holder string, now time.Time) bool {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || *l.Spec.HolderIdentity == holder {

@@ -5,10 +5,13 @@
 // apply part-way or the rollout failed); with --rollback-on-failure goes back to the latest
 // deployed revision; rolls back to a revision and deletes the application. What a rollback
 // applies is the revision's objects, only where the application holds them (rollout.Options.OnlyOwn).
+// It also reads for the command what --history, --diff and --rollback need (read.go): which
+// application, its revisions, what an apply or a rollback would change.
 //
 // The moves on the cluster are Steps, so that this policy is tested against fakes (release_test)
-// as well as on the control plane (cmd/toa-apply). cmd/toa-apply parses flags and prints what
-// the Outcome says.
+// as well as on the control plane (cmd/toa-apply). Every mode of toa-apply goes through it:
+// cmd/toa-apply parses flags and prints what it returns, and imports neither rollout nor
+// revision (its TestOneConductor).
 package release
 
 import (
@@ -21,6 +24,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/revision"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // Steps are the conductor's moves on the cluster: OnCluster's, or a test's fakes.
@@ -35,6 +39,8 @@ type Steps interface {
 	// DeleteRevisions deletes the application's revisions, after the application.
 	DeleteRevisions(ctx context.Context, set rollout.Set) error
 	History(ctx context.Context, set rollout.Set) (revision.History, error)
+	// Applications are the Toa contexts toa-apply has applied to the namespace.
+	Applications(ctx context.Context, namespace string) ([]string, error)
 	// Objects decodes a revision History listed.
 	Objects(rev revision.Revision) ([]*unstructured.Unstructured, error)
 	Record(ctx context.Context, set rollout.Set, objects []*unstructured.Unstructured, opts revision.RecordOptions) (revision.Revision, error)
@@ -78,13 +84,13 @@ type Outcome struct {
 // Rollout is how the wait ended.
 type Rollout struct {
 	Done     bool             `json:"done"`
-	Failure  *rollout.Failure `json:"failure,omitempty"`
+	Failure  *status.Failure  `json:"failure,omitempty"`
 	Awaiting []rollout.Status `json:"timedOutAwaiting,omitempty"` // what was awaited when --timeout passed
 	Error    string           `json:"error,omitempty"`
 }
 
 func (o *Rollout) set(err error) {
-	var f *rollout.Failure
+	var f *status.Failure
 	var a *rollout.Awaiting
 	switch {
 	case err == nil:

@@ -14,6 +14,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/revision"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // fakeSteps play the cluster for the conductor: each move is written down, and the test says
@@ -21,6 +22,7 @@ import (
 type fakeSteps struct {
 	calls     []string
 	history   []revision.Revision
+	apps      []string // the namespace's applications
 	checkErr  error
 	lockErr   error
 	applyErrs []error // one per Apply, in order; nil when none is left
@@ -83,6 +85,11 @@ func (f *fakeSteps) History(context.Context, rollout.Set) (revision.History, err
 	return revision.History{Revisions: slices.Clone(f.history)}, nil
 }
 
+func (f *fakeSteps) Applications(context.Context, string) ([]string, error) {
+	f.call("list applications")
+	return f.apps, nil
+}
+
 func (f *fakeSteps) Objects(rev revision.Revision) ([]*unstructured.Unstructured, error) {
 	return []*unstructured.Unstructured{object(rev.Description)}, nil
 }
@@ -103,7 +110,7 @@ func object(name string) *unstructured.Unstructured {
 var deployed = []revision.Revision{{Number: 1, Status: revision.Deployed, Description: "old"}}
 
 func TestRelease(t *testing.T) {
-	crash := &rollout.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}
+	crash := &status.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}
 	partly := &rollout.PartlyAppliedError{Applied: 1, Total: 2, NotApplied: []rollout.Ref{{Kind: "Service", Name: "s"}},
 		Err: fault.BadInput(errors.New("apply service/s: invalid"))}
 	held := &HeldError{Set: rollout.NewSet("shop", "ns"), Holder: "toa-apply on ci-7, pid 12", Since: time.Now(), Renewed: time.Now()}

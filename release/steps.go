@@ -66,6 +66,11 @@ func (s *OnCluster) History(ctx context.Context, set rollout.Set) (revision.Hist
 	return revision.Read(ctx, s.Client, set)
 }
 
+// Applications is rollout.Applications.
+func (s *OnCluster) Applications(ctx context.Context, namespace string) ([]string, error) {
+	return rollout.Applications(ctx, s.Client, namespace)
+}
+
 // Objects decodes a revision.
 func (s *OnCluster) Objects(rev revision.Revision) ([]*unstructured.Unstructured, error) {
 	return rev.Decode()

@@ -339,20 +339,6 @@ func (r Revision) Decode() ([]*unstructured.Unstructured, error) {
 	return objects, nil
 }
 
-// Load reads the objects of a revision of the set (see Pick), verified and decoded within bounds.
-func Load(ctx context.Context, k *cluster.Client, set rollout.Set, n int) (Revision, []*unstructured.Unstructured, error) {
-	h, err := Read(ctx, k, set)
-	if err != nil {
-		return Revision{}, nil, err
-	}
-	rev, err := h.Pick(set, n)
-	if err != nil {
-		return Revision{}, nil, err
-	}
-	objects, err := rev.Decode()
-	return rev, objects, err
-}
-
 // DeleteAll deletes the set's revisions, after its parent, which owns them: a run stopped in
 // between leaves them to the garbage collector.
 func DeleteAll(ctx context.Context, k *cluster.Client, set rollout.Set) error {

@@ -41,7 +41,7 @@ type Options struct {
 	// them: an object of the namespace applied to that does not exist yet, or an object that
 	// exists and is a member of the set. A cluster-scoped object or one in another namespace that
 	// the set does not hold, and an existing object that is not the set's (a Helm release's
-	// included), are refused before anything is applied (*NotHeldError). A rollback applies
+	// included), are refused before anything is applied (*notHeldError). A rollback applies
 	// with OnlyOwn: what a revision holds is never trusted to take what the application never had.
 	OnlyOwn bool
 	// Logf, when set, hears each step.
@@ -93,7 +93,7 @@ func (a *applier) partly(objects []*unstructured.Unstructured, err error) error 
 		done[o.key()] = true
 	}
 	for _, obj := range objects {
-		if r := RefOf(obj); !done[r.key()] {
+		if r := refOf(obj); !done[r.key()] {
 			a.res.NotApplied = append(a.res.NotApplied, r)
 		}
 	}
@@ -113,15 +113,15 @@ func setOf(objects []*unstructured.Unstructured, namespace string) (Set, error) 
 	if namespace == "" {
 		return Set{}, fault.BadInput(errors.New("no namespace to apply to"))
 	}
-	name, err := ContextName(objects)
+	name, err := contextName(objects)
 	if err != nil {
 		return Set{}, err
 	}
 	return NewSet(name, namespace), nil
 }
 
-// ContextName is the toa/context label every object carries, the name of the application.
-func ContextName(objects []*unstructured.Unstructured) (string, error) {
+// contextName is the toa/context label every object carries, the name of the application.
+func contextName(objects []*unstructured.Unstructured) (string, error) {
 	if len(objects) == 0 {
 		return "", fault.BadInput(errors.New("the kustomization has no objects"))
 	}
@@ -131,7 +131,7 @@ func ContextName(objects []*unstructured.Unstructured) (string, error) {
 		v := obj.GetLabels()[LabelContext]
 		switch {
 		case v == "":
-			missing = append(missing, RefOf(obj).String())
+			missing = append(missing, refOf(obj).String())
 		case name == "":
 			name = v
 		case v != name:
@@ -345,7 +345,7 @@ func (a *applier) listAll(ctx context.Context, targets []pending, names map[plac
 
 // apply server-side applies one object, adopting it first if a Helm release made it.
 func (a *applier) apply(ctx context.Context, t pending) outcome {
-	obj, ref := t.obj, RefOf(t.obj)
+	obj, ref := t.obj, refOf(t.obj)
 	ri := a.c.resource(t.mapping, obj.GetNamespace())
 	out := outcome{ref: ref}
 	force, live := a.opts.Force, t.live
@@ -470,7 +470,7 @@ func (a *applier) established(ctx context.Context, crds []*unstructured.Unstruct
 	for _, crd := range crds {
 		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
 		a.crds = append(a.crds, group)
-		a.opts.logf("waiting for %s to be established", RefOf(crd))
+		a.opts.logf("waiting for %s to be established", refOf(crd))
 		err := until(ctx, a.c.dyn, a.c.dyn.Resource(gvr), crd.GetName(), func(obj *unstructured.Unstructured) bool {
 			conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
 			for _, c := range conditions {
@@ -482,7 +482,7 @@ func (a *applier) established(ctx context.Context, crds []*unstructured.Unstruct
 			return false
 		})
 		if err != nil {
-			return fmt.Errorf("wait for %s to be established: %w", RefOf(crd), err)
+			return fmt.Errorf("wait for %s to be established: %w", refOf(crd), err)
 		}
 	}
 	a.c.mapper.Reset()

@@ -40,7 +40,7 @@ func TestContextName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ContextName(tt.objects)
+			got, err := contextName(tt.objects)
 			var input *fault.Input
 			switch {
 			case tt.err == "" && (err != nil || got != tt.want):

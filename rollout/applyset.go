@@ -13,11 +13,11 @@ import (
 // The ApplySet keys kubectl reads and writes (kubectl pkg/cmd/apply/applyset.go; the KEP's text
 // says applyset.k8s.io, the code says applyset.kubernetes.io, and the code is what runs).
 const (
-	LabelID             = "applyset.kubernetes.io/id"      // on the parent
+	labelID             = "applyset.kubernetes.io/id"      // on the parent
 	LabelPartOf         = "applyset.kubernetes.io/part-of" // on every member
-	AnnotationTooling   = "applyset.kubernetes.io/tooling"
-	AnnotationKinds     = "applyset.kubernetes.io/contains-group-kinds"
-	AnnotationNamespace = "applyset.kubernetes.io/additional-namespaces"
+	annotationTooling   = "applyset.kubernetes.io/tooling"
+	annotationKinds     = "applyset.kubernetes.io/contains-group-kinds"
+	annotationNamespace = "applyset.kubernetes.io/additional-namespaces"
 	annotationResources = "applyset.kubernetes.io/contains-group-resources" // deprecated; read, never written
 )
 
@@ -41,15 +41,28 @@ type Set struct {
 	ID        string `json:"id"`
 }
 
+// parentPrefix begins the name of every ApplySet parent toa-apply writes: toa-<context>.
+const parentPrefix = "toa-"
+
 // NewSet returns the ApplySet of the Toa context in the namespace.
 func NewSet(context, namespace string) Set {
-	name := "toa-" + context
-	return Set{Name: name, Namespace: namespace, ID: ApplySetID(name, namespace, "Secret", "")}
+	name := parentPrefix + context
+	return Set{Name: name, Namespace: namespace, ID: applySetID(name, namespace, "Secret", "")}
 }
 
-// ApplySetID is kubectl's id of an ApplySet whose parent has that name, namespace, kind and group:
+// Context is the Toa context whose ApplySet this is: its parent's name less the "toa-".
+func (s Set) Context() string {
+	context, _ := contextOf(s.Name)
+	return context
+}
+
+// contextOf is the Toa context of an ApplySet parent named parent, and whether the name is one
+// toa-apply gives (NewSet).
+func contextOf(parent string) (string, bool) { return strings.CutPrefix(parent, parentPrefix) }
+
+// applySetID is kubectl's id of an ApplySet whose parent has that name, namespace, kind and group:
 // applyset-<base64url, unpadded, of sha256("<name>.<namespace>.<kind>.<group>")>-v1.
-func ApplySetID(name, namespace, kind, group string) string {
+func applySetID(name, namespace, kind, group string) string {
 	sum := sha256.Sum256([]byte(strings.Join([]string{name, namespace, kind, group}, ".")))
 	return fmt.Sprintf("applyset-%s-v1", base64.RawURLEncoding.EncodeToString(sum[:]))
 }

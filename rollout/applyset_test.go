@@ -8,12 +8,12 @@ import (
 
 // The vector of kubectl's apply_test.go (reference apply-and-wait.md §2.3).
 func TestApplySetID(t *testing.T) {
-	got := ApplySetID("my-set", "test", "Secret", "")
+	got := applySetID("my-set", "test", "Secret", "")
 	if want := "applyset-0eFHV8ySqp7XoShsGvyWFQD3s96yqwHmzc4e0HR1dsY-v1"; got != want {
-		t.Errorf("ApplySetID(my-set, test, Secret, core) = %s, want %s", got, want)
+		t.Errorf("applySetID(my-set, test, Secret, core) = %s, want %s", got, want)
 	}
 	s := NewSet("shop", "prod")
-	if s.Name != "toa-shop" || s.Namespace != "prod" || s.ID != ApplySetID("toa-shop", "prod", "Secret", "") {
+	if s.Name != "toa-shop" || s.Namespace != "prod" || s.ID != applySetID("toa-shop", "prod", "Secret", "") {
 		t.Errorf("NewSet(shop, prod) = %+v", s)
 	}
 }

@@ -6,6 +6,7 @@
 // is gone, or as soon as a failure is certain. Every entry point takes the run's one client
 // (cluster.Client).
 //
-// Whether an object is done, and whether a pod has failed, are pure functions of objects
-// (status.go, kinds.go); the loop in wait.go only feeds them what the watches see.
+// Whether an object is done, and whether a pod has failed, are pure functions of objects in a
+// package of their own (status, as kstatus is beside cli-utils' apply); the loop in wait.go only
+// feeds them what the watches see, and explain.go adds the Events a report needs.
 package rollout

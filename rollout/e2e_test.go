@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // 1. A first apply returns when every pod is Ready.
@@ -48,18 +49,18 @@ func TestFirstApply(t *testing.T) {
 		t.Fatalf("the ApplySet parent: %v", err)
 	}
 	wantAnnotations := map[string]string{
-		AnnotationTooling:   "toa-apply/v0.0.0-test",
-		AnnotationKinds:     "Deployment.apps,Service",
-		AnnotationNamespace: "",
+		annotationTooling:   "toa-apply/v0.0.0-test",
+		annotationKinds:     "Deployment.apps,Service",
+		annotationNamespace: "",
 	}
 	for k, v := range wantAnnotations {
 		if got, ok := parent.Annotations[k]; !ok || got != v {
 			t.Errorf("parent annotation %s = %q, want %q", k, got, v)
 		}
 	}
-	id := ApplySetID("toa-shop", c.ns, "Secret", "")
-	if parent.Labels[LabelID] != id {
-		t.Errorf("parent id %q, want %q", parent.Labels[LabelID], id)
+	id := applySetID("toa-shop", c.ns, "Secret", "")
+	if parent.Labels[labelID] != id {
+		t.Errorf("parent id %q, want %q", parent.Labels[labelID], id)
 	}
 	d, err := c.cs.AppsV1().Deployments(c.ns).Get(context.Background(), "composition-carts", metav1.GetOptions{})
 	if err != nil {
@@ -248,9 +249,9 @@ func TestFailFast(t *testing.T) {
 			err = Wait(ctx, c.k, res, WaitOptions{OnStatus: logStatus(t)})
 			took := time.Since(start)
 			t.Logf("failed after %s: %v", took.Round(time.Millisecond), err)
-			var f *Failure
+			var f *status.Failure
 			if !errors.As(err, &f) {
-				t.Fatalf("Wait = %v, want a *Failure", err)
+				t.Fatalf("Wait = %v, want a *status.Failure", err)
 			}
 			if f.Reason != reason || f.Container != "carts" || !strings.HasPrefix(f.Pod, "composition-carts-") || f.Deployment != "composition-carts" {
 				t.Errorf("failure %+v, want %s of container carts in a pod of composition-carts", f, reason)
@@ -282,7 +283,7 @@ func TestTimeout(t *testing.T) {
 	start := time.Now()
 	err = Wait(ctx, c.k, res, WaitOptions{UnschedulableGrace: 3 * time.Second, OnStatus: logStatus(t)})
 	took := time.Since(start)
-	var f *Failure
+	var f *status.Failure
 	if !errors.As(err, &f) || f.Reason != "Unschedulable" || !strings.HasPrefix(f.Pod, "composition-carts-") {
 		t.Fatalf("Wait with a grace of 3s = %v, want an Unschedulable failure", err)
 	}
@@ -582,7 +583,7 @@ func TestCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "CustomResourceDefinition.apiextensions.k8s.io,Deployment.apps,Service,Widget." + group
-	if got := parent.Annotations[AnnotationKinds]; got != want {
+	if got := parent.Annotations[annotationKinds]; got != want {
 		t.Errorf("contains-group-kinds = %q, want %q", got, want)
 	}
 

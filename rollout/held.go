@@ -9,14 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
-// NotHeldError is an apply with Options.OnlyOwn refused before anything was applied: objects
+// notHeldError is an apply with Options.OnlyOwn refused before anything was applied: objects
 // the application does not hold.
-type NotHeldError struct {
+type notHeldError struct {
 	Set     Set
 	Objects []string // each with why: "clusterrolebinding.rbac.authorization.k8s.io/x: cluster-scoped, not the application's"
 }
 
-func (e *NotHeldError) Error() string {
+func (e *notHeldError) Error() string {
 	return fmt.Sprintf("refused: %d objects are not the application's %s in namespace %s, and a rollback only applies what it holds: %s; "+
 		"nothing was applied", len(e.Objects), e.Set.Name, e.Set.Namespace, strings.Join(e.Objects, "; "))
 }
@@ -31,7 +31,7 @@ func (a *applier) held(ctx context.Context, objects []*unstructured.Unstructured
 	var refused []string
 	for _, t := range targets {
 		namespace, scoped := t.obj.GetNamespace(), t.mapping.Scope.Name() == meta.RESTScopeNameNamespace
-		ref := RefOf(t.obj).String()
+		ref := refOf(t.obj).String()
 		switch {
 		case t.live == nil && scoped && namespace == a.opts.Namespace:
 			// new in the application's own namespace: a rollback may bring it back
@@ -44,7 +44,7 @@ func (a *applier) held(ctx context.Context, objects []*unstructured.Unstructured
 		}
 	}
 	if len(refused) > 0 {
-		return &NotHeldError{Set: a.set, Objects: refused}
+		return &notHeldError{Set: a.set, Objects: refused}
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func TestOnlyOwn(t *testing.T) {
 			o := opts
 			o.OnlyOwn, o.DryRun = true, tt.refused == ""
 			_, err := Apply(ctx, k, tt.objects, o)
-			var refused *NotHeldError
+			var refused *notHeldError
 			if tt.refused == "" {
 				if err != nil {
 					t.Errorf("refused: %v", err)

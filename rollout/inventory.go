@@ -92,7 +92,7 @@ func list(ctx context.Context, c *client, set Set, m *meta.RESTMapping, namespac
 		if !ok || obj.GetLabels()[LabelPartOf] != set.ID {
 			return nil
 		}
-		mem := member{ref: RefOf(obj), mapping: m, uid: obj.GetUID()}
+		mem := member{ref: refOf(obj), mapping: m, uid: obj.GetUID()}
 		if whole {
 			obj.SetManagedFields(nil) // kept for a diff, which leaves them out
 			mem.obj = obj

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,19 +34,19 @@ func readParent(ctx context.Context, c *client, set Set) (parentState, error) {
 		return parentState{}, fmt.Errorf("read the ApplySet parent secret/%s in %s: %w", set.Name, set.Namespace, err)
 	}
 	where := fmt.Sprintf("secret/%s in namespace %s", set.Name, set.Namespace)
-	switch id := p.GetLabels()[LabelID]; {
+	switch id := p.GetLabels()[labelID]; {
 	case id == "":
 		return parentState{}, fmt.Errorf("%s exists and is not an ApplySet parent (no label %s): "+
-			"toa-apply keeps the application's inventory there; rename or delete that Secret", where, LabelID)
+			"toa-apply keeps the application's inventory there; rename or delete that Secret", where, labelID)
 	case id != set.ID:
 		return parentState{}, fmt.Errorf("%s has the ApplySet id %s, not %s as its name and namespace give: it was not written by toa-apply", where, id, set.ID)
 	}
 	annotations := p.GetAnnotations()
-	if tool := toolingName(annotations[AnnotationTooling]); tool != Tool {
+	if tool := toolingName(annotations[annotationTooling]); tool != Tool {
 		return parentState{}, fmt.Errorf("the ApplySet of %s is managed by %q, not %s: toa-apply leaves it alone", where, tool, Tool)
 	}
-	st := parentState{exists: true, namespaces: append([]string{set.Namespace}, parseNamespaces(annotations[AnnotationNamespace])...)}
-	if kinds, ok := annotations[AnnotationKinds]; ok {
+	st := parentState{exists: true, namespaces: append([]string{set.Namespace}, parseNamespaces(annotations[annotationNamespace])...)}
+	if kinds, ok := annotations[annotationKinds]; ok {
 		st.kinds = parseKinds(kinds)
 	} else {
 		for _, s := range parseNamespaces(annotations[annotationResources]) {
@@ -73,11 +72,11 @@ func writeParent(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 		"metadata": map[string]any{
 			"name":      set.Name,
 			"namespace": set.Namespace,
-			"labels":    map[string]string{LabelID: set.ID},
+			"labels":    map[string]string{labelID: set.ID},
 			"annotations": map[string]string{
-				AnnotationTooling:   Tool + "/" + version,
-				AnnotationKinds:     kindsAnnotation(kinds),
-				AnnotationNamespace: namespacesAnnotation(namespaces, set.Namespace),
+				annotationTooling:   Tool + "/" + version,
+				annotationKinds:     kindsAnnotation(kinds),
+				annotationNamespace: namespacesAnnotation(namespaces, set.Namespace),
 			},
 		},
 	}
@@ -101,14 +100,14 @@ func writeParent(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 // Applications are the Toa contexts toa-apply has applied to the namespace: the names of its
 // ApplySet parents there, less the "toa-".
 func Applications(ctx context.Context, k *kube.Client, namespace string) ([]string, error) {
-	list, err := k.Dynamic.Resource(secrets).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelID})
+	list, err := k.Dynamic.Resource(secrets).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: labelID})
 	if err != nil {
 		return nil, fmt.Errorf("list the applications in namespace %s: %w", namespace, err)
 	}
 	var out []string
 	for _, s := range list.Items {
-		name, ok := strings.CutPrefix(s.GetName(), "toa-")
-		if ok && toolingName(s.GetAnnotations()[AnnotationTooling]) == Tool && s.GetLabels()[LabelID] == NewSet(name, namespace).ID {
+		name, ok := contextOf(s.GetName())
+		if ok && toolingName(s.GetAnnotations()[annotationTooling]) == Tool && s.GetLabels()[labelID] == NewSet(name, namespace).ID {
 			out = append(out, name)
 		}
 	}

@@ -93,7 +93,7 @@ func listMembers(ctx context.Context, c *client, set Set, kinds []schema.GroupKi
 				if obj.GetLabels()[LabelPartOf] != set.ID {
 					continue
 				}
-				mem := member{ref: RefOf(obj), mapping: m, uid: obj.GetUID()}
+				mem := member{ref: refOf(obj), mapping: m, uid: obj.GetUID()}
 				if whole {
 					mem.obj = obj
 				}

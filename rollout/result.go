@@ -16,8 +16,8 @@ type Ref struct {
 	Name      string `json:"name"`
 }
 
-// RefOf is the Ref of an object.
-func RefOf(obj *unstructured.Unstructured) Ref {
+// refOf is the Ref of an object.
+func refOf(obj *unstructured.Unstructured) Ref {
 	gvk := obj.GroupVersionKind()
 	return Ref{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 }

@@ -26,28 +26,38 @@ import (
 
 	kube "github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/status"
+)
+
+// The kinds of workloads whose informers the wait starts (status.Workload says which kinds are
+// workloads; these are Kubernetes' names of them).
+var (
+	deploymentKind  = appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind()
+	statefulSetKind = appsv1.SchemeGroupVersion.WithKind("StatefulSet").GroupKind()
+	daemonSetKind   = appsv1.SchemeGroupVersion.WithKind("DaemonSet").GroupKind()
+	jobKind         = batchv1.SchemeGroupVersion.WithKind("Job").GroupKind()
 )
 
 // Status is where one awaited object of the set (a Deployment, StatefulSet, DaemonSet, Job or
 // custom resource) stands while Wait waits.
 type Status struct {
-	Group     string   `json:"group,omitempty"`
-	Kind      string   `json:"kind"`
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Done      bool     `json:"done"`
-	Message   string   `json:"message"`
-	Pruned    bool     `json:"pruned,omitempty"` // awaited until it is gone
-	Failure   *Failure `json:"-"`
+	Group     string          `json:"group,omitempty"`
+	Kind      string          `json:"kind"`
+	Namespace string          `json:"namespace"`
+	Name      string          `json:"name"`
+	Done      bool            `json:"done"`
+	Message   string          `json:"message"`
+	Pruned    bool            `json:"pruned,omitempty"` // awaited until it is gone
+	Failure   *status.Failure `json:"-"`
 	// Pods explain a workload still awaited when the time ran out: those not ready.
-	Pods []PodReport `json:"pods,omitempty"`
+	Pods []status.PodReport `json:"pods,omitempty"`
 }
 
 // Object names the object as kubectl does, by kind and name: deployment/composition-a, or for
 // a custom resource widget.example.com/w. A Status without a kind is a Deployment's.
 func (s Status) Object() string {
 	kind := strings.ToLower(cmp.Or(s.Kind, deploymentKind.Kind))
-	if custom(schema.GroupKind{Group: s.Group, Kind: s.Kind}) {
+	if status.Custom(schema.GroupKind{Group: s.Group, Kind: s.Kind}) {
 		kind += "." + s.Group
 	}
 	return kind + "/" + s.Name
@@ -67,8 +77,8 @@ type WaitOptions struct {
 	OnStatus func(Status)
 }
 
-// DefaultUnschedulableGrace is WaitOptions.UnschedulableGrace's default.
-const DefaultUnschedulableGrace = 30 * time.Second
+// defaultUnschedulableGrace is WaitOptions.UnschedulableGrace's default.
+const defaultUnschedulableGrace = 30 * time.Second
 
 // target is an object Wait waits for.
 type target struct {
@@ -137,9 +147,9 @@ func Wait(ctx context.Context, k *kube.Client, res *Result, opts WaitOptions) er
 	return waitFor(ctx, clientOf(k), res, opts)
 }
 
-// Awaits is how many objects Wait would await after res: those with a rollout, and the
+// Awaits is how many objects Wait would await after this result: those with a rollout, and the
 // workloads it pruned.
-func Awaits(res *Result) int { return len(targetsOf(res)) }
+func (res *Result) Awaits() int { return len(targetsOf(res)) }
 
 // targetsOf are the objects a result applied whose kind has a rollout, and the workloads it
 // pruned; none for a dry run.
@@ -149,12 +159,12 @@ func targetsOf(res *Result) []*target {
 	}
 	var targets []*target
 	for _, a := range res.Applied {
-		if awaited(a.GroupKind()) {
+		if status.Awaited(a.GroupKind()) {
 			targets = append(targets, &target{ref: a.Ref})
 		}
 	}
 	for _, r := range res.Pruned {
-		if workload(r.GroupKind()) {
+		if status.Workload(r.GroupKind()) {
 			targets = append(targets, &target{ref: r, pruned: true})
 		}
 	}
@@ -163,7 +173,7 @@ func targetsOf(res *Result) []*target {
 
 func waitFor(ctx context.Context, c *client, res *Result, opts WaitOptions) error {
 	if opts.UnschedulableGrace == 0 {
-		opts.UnschedulableGrace = DefaultUnschedulableGrace
+		opts.UnschedulableGrace = defaultUnschedulableGrace
 	}
 	targets := targetsOf(res)
 	ctx, cancel := context.WithCancel(ctx)
@@ -192,7 +202,7 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 		}
 		return targets[i]
 	}
-	var f *Failure
+	var f *status.Failure
 	var a *Awaiting
 	switch {
 	case errors.As(err, &f):
@@ -204,13 +214,13 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 		if f.Pod != "" {
 			pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return p.Name != f.Pod })
 		} else {
-			pods = unready(pods)
+			pods = status.Unready(pods)
 		}
 		f.Pods = reportPods(ctx, cs, pods)
 	case errors.As(err, &a):
 		for i, s := range a.Objects {
 			if t := find(s.Kind, s.Namespace, s.Name); t != nil {
-				a.Objects[i].Pods = reportPods(ctx, cs, unready(t.pods()))
+				a.Objects[i].Pods = reportPods(ctx, cs, status.Unready(t.pods()))
 			}
 		}
 	}
@@ -251,7 +261,7 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 	}
 	namespaces := map[string]*inNamespace{}
 	for _, t := range targets {
-		if t.pruned || !workload(t.ref.GroupKind()) {
+		if t.pruned || !status.Workload(t.ref.GroupKind()) {
 			continue
 		}
 		var err error
@@ -414,20 +424,20 @@ func (t *target) check(now time.Time, grace time.Duration) (Status, time.Time, e
 }
 
 // verdict is the verdict of the object's kind on it, with the pods it owns.
-func (t *target) verdict(obj any, now time.Time, grace time.Duration) State {
+func (t *target) verdict(obj any, now time.Time, grace time.Duration) status.State {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		return Check(o, t.replicaSets(), t.pods(), now, grace)
+		return status.CheckDeployment(o, t.replicaSets(), t.pods(), now, grace)
 	case *appsv1.StatefulSet:
-		return CheckStatefulSet(o, t.pods(), now, grace)
+		return status.CheckStatefulSet(o, t.pods(), now, grace)
 	case *appsv1.DaemonSet:
-		return CheckDaemonSet(o, t.pods(), now, grace)
+		return status.CheckDaemonSet(o, t.pods(), now, grace)
 	case *batchv1.Job:
-		return CheckJob(o, t.pods(), now, grace)
+		return status.CheckJob(o, t.pods(), now, grace)
 	case *unstructured.Unstructured:
-		return CheckConditions(o)
+		return status.CheckConditions(o)
 	}
-	return State{Done: true, Message: fmt.Sprintf("not awaited: an object of type %T", obj)}
+	return status.State{Done: true, Message: fmt.Sprintf("not awaited: an object of type %T", obj)}
 }
 
 // selectorOf is the pod selector of an applied workload, from the object the apply returned

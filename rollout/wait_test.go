@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // fakeRollout is a Deployment of the set at the state d leaves it, with its ReplicaSets and pods,
@@ -92,9 +93,9 @@ func TestWaitFailureExplained(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := waitFor(ctx, c, res, WaitOptions{})
-	var f *Failure
+	var f *status.Failure
 	if !errors.As(err, &f) {
-		t.Fatalf("waitFor = %v, want a *Failure", err)
+		t.Fatalf("waitFor = %v, want a *status.Failure", err)
 	}
 	if len(f.Pods) != 1 || f.Pods[0].Name != "a-new-1" {
 		t.Fatalf("the failure explains %+v, want pod a-new-1", f.Pods)
@@ -107,7 +108,7 @@ func TestWaitFailureExplained(t *testing.T) {
 		t.Errorf("events %+v, want Pulled then BackOff x7 (not the other pod's)", r.Events)
 	}
 	var b strings.Builder
-	WritePods(&b, f.Pods, now)
+	status.WritePods(&b, f.Pods, now)
 	for _, part := range []string{"pod a-new-1 (Running)", "container app: waiting (CrashLoopBackOff), ready false, 3 restarts",
 		"last state: terminated, exit code 1 (Error): Cannot find module '/composition/index.js'",
 		"5s ago  Warning  BackOff  x7  Back-off restarting failed container app"} {
@@ -153,7 +154,7 @@ func applied(t *testing.T, set Set, obj runtime.Object) Applied {
 	u := &unstructured.Unstructured{Object: m}
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	u.SetGroupVersionKind(gvk)
-	return Applied{Ref: RefOf(u), Change: Configured, Object: u}
+	return Applied{Ref: refOf(u), Change: Configured, Object: u}
 }
 
 // everyKind is a StatefulSet rolled out, a Job complete and a Widget ready, on client-go's fakes,
@@ -175,7 +176,7 @@ func everyKind(t *testing.T, change func(j *batchv1.Job), objects ...runtime.Obj
 	w := widget(conditions(2, cond("Ready", "True", "Succeeded", "")))
 	res := &Result{Set: set, Applied: []Applied{applied(t, set, s), applied(t, set, j)}}
 	w.SetLabels(map[string]string{LabelPartOf: set.ID})
-	res.Applied = append(res.Applied, Applied{Ref: RefOf(w), Change: Configured, Object: w})
+	res.Applied = append(res.Applied, Applied{Ref: refOf(w), Change: Configured, Object: w})
 
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	m := meta.NewDefaultRESTMapper([]schema.GroupVersion{widgets.GroupVersion()})
@@ -211,9 +212,9 @@ func TestWaitJobFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := waitFor(ctx, c, res, WaitOptions{})
-	var f *Failure
+	var f *status.Failure
 	if !errors.As(err, &f) {
-		t.Fatalf("waitFor = %v, want a *Failure", err)
+		t.Fatalf("waitFor = %v, want a *status.Failure", err)
 	}
 	if f.Kind != "Job" || f.Name != "migrate" || f.Container != "app" || f.Reason != "CrashLoopBackOff" || f.Deployment != "" {
 		t.Errorf("the failure is %+v, want Job migrate's container app in CrashLoopBackOff", f)

@@ -322,15 +322,19 @@ func Check(platform string) error {
 		return &RunnerError{Platform: platform, Message: "toa-push knows no QEMU emulator for " + arch,
 			Hint: "build this platform on a runner of its CPU, or drop it from registry.platforms"}
 	}
-	dir := os.Getenv(BinfmtEnv)
-	if dir == "" {
-		dir = "/proc/sys/fs/binfmt_misc"
-	}
-	entry := filepath.Join(dir, "qemu-"+qemu)
-	data, err := os.ReadFile(entry)
 	register := fmt.Sprintf("register QEMU's emulator for %s with binfmt_misc, with the F flag: "+
 		"sudo apt-get install -y qemu-user-static binfmt-support (Debian, Ubuntu), "+
 		"or docker run --privileged --rm tonistiigi/binfmt --install %s (GitHub Actions: docker/setup-qemu-action)", arch, arch)
+	dir := os.Getenv(BinfmtEnv)
+	if dir == "" {
+		dir = "/proc/sys/fs/binfmt_misc"
+		if !binfmtMounted(dir) {
+			// a container's /proc: the host's entries hold, unread (emulator.go)
+			return probeEmulator(platform, arch, register)
+		}
+	}
+	entry := filepath.Join(dir, "qemu-"+qemu)
+	data, err := os.ReadFile(entry)
 	if err != nil {
 		return &RunnerError{Platform: platform, Message: fmt.Sprintf("no emulator for %s is registered with binfmt_misc (%s)", arch, entry), Hint: register}
 	}

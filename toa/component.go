@@ -14,6 +14,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // Component is one component of the application: a folder with a manifest.toa.yaml.
@@ -39,8 +40,9 @@ type Component struct {
 	// PackageJSON is the component's package.json, absolute, or "" when it has none: then the
 	// image gets the one Toa declares (see Declared).
 	PackageJSON string
-	// PackageLock is its package-lock.json, or "".
-	PackageLock string
+	// Lockfile is the lockfile npm reads for it (lockfile.Find: npm-shrinkwrap.json over
+	// package-lock.json), absolute, or "" without one.
+	Lockfile string
 	// ModuleType is "module" or "commonjs": what the nearest package.json at or above the
 	// component's folder says, as Toa's declare() reads it.
 	ModuleType string
@@ -282,8 +284,8 @@ func (c *Component) readPackage() error {
 		name  string
 		limit int64
 		into  *string
-	}{{"package.json", fsys.MaxPackageSize, &c.PackageJSON}, {"package-lock.json", fsys.MaxLockSize, &c.PackageLock},
-		{"npm-shrinkwrap.json", fsys.MaxLockSize, nil}, {".npmrc", fsys.MaxPackageSize, nil}} {
+	}{{"package.json", fsys.MaxPackageSize, &c.PackageJSON}, {lockfile.PackageLock, lockfile.MaxSize, nil},
+		{lockfile.Shrinkwrap, lockfile.MaxSize, nil}, {".npmrc", fsys.MaxPackageSize, nil}} {
 		p := filepath.Join(c.Path, f.name)
 		err := fsys.CheckFile(p, f.limit)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -296,6 +298,7 @@ func (c *Component) readPackage() error {
 			*f.into = p
 		}
 	}
+	c.Lockfile = lockfile.Find(c.Path) // chosen once, as npm chooses
 	t, err := moduleType(c.Path)
 	if err != nil {
 		return err

@@ -3,7 +3,6 @@ package toa
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/lockfile"
 )
 
 // LocalPackage is a package a component installs from the disk rather than from a registry: a
@@ -138,42 +138,28 @@ func (c *Component) LocalPackages() ([]LocalPackage, error) {
 // readLockedLocals adds the packages the lockfile names by path: its keys outside node_modules
 // (workspaces, `file:` folders) and the `file:` tarballs it resolved.
 func (c *Component) readLockedLocals(add func(LocalPackage, bool) error) error {
-	lock := c.PackageLock
-	if shrinkwrap := filepath.Join(c.Path, "npm-shrinkwrap.json"); fsys.CheckFile(shrinkwrap, fsys.MaxLockSize) == nil {
-		lock = shrinkwrap
-	}
-	if lock == "" {
+	if c.Lockfile == "" {
 		return nil
 	}
-	data, err := fsys.ReadFile(lock, fsys.MaxLockSize)
+	packages, err := lockfile.Read(c.Lockfile)
+	if errors.Is(err, lockfile.ErrFormat) {
+		return nil // npm says what is wrong with it, at the install
+	}
 	if err != nil {
 		return err
 	}
-	var l struct {
-		Packages map[string]struct {
-			Resolved string `json:"resolved"`
-		} `json:"packages"`
-	}
-	if json.Unmarshal(data, &l) != nil {
-		return nil // npm says what is wrong with it, at the install
-	}
-	keys := make([]string, 0, len(l.Packages))
-	for key := range l.Packages {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		if key == "" || strings.Contains(key, "/node_modules/") {
+	for _, p := range packages.Sorted() {
+		if strings.Contains(p.Path, "/node_modules/") {
 			continue
 		}
-		at := fmt.Sprintf("packages[%q]", key)
-		if !strings.HasPrefix(key, "node_modules/") {
-			if err := add(LocalPackage{Path: key, File: lock, Key: at, Spec: key}, false); err != nil {
+		at := fmt.Sprintf("packages[%q]", p.Path)
+		if !p.Installed() {
+			if err := add(LocalPackage{Path: p.Path, File: c.Lockfile, Key: at, Spec: p.Path}, false); err != nil {
 				return err
 			}
 		}
-		if spec, ok := strings.CutPrefix(l.Packages[key].Resolved, "file:"); ok && spec != "" {
-			if err := add(LocalPackage{Path: spec, File: lock, Key: at + ".resolved", Spec: l.Packages[key].Resolved}, false); err != nil {
+		if spec, ok := strings.CutPrefix(p.Resolved, "file:"); ok && spec != "" {
+			if err := add(LocalPackage{Path: spec, File: c.Lockfile, Key: at + ".resolved", Spec: p.Resolved}, false); err != nil {
 				return err
 			}
 		}

@@ -21,7 +21,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/kustomize"
 	"github.com/toa-deploy/toa-deploy/release"
-	"github.com/toa-deploy/toa-deploy/rollout"
 )
 
 // version is toa-apply's, written into the ApplySet's tooling annotation; -ldflags "-X
@@ -45,26 +44,21 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	if c.Timeout <= 0 {
 		return fault.BadInput(fmt.Errorf("--timeout must be a positive duration (90s, 12m, 1h30m), not %s", c.Timeout))
 	}
-	k, namespace, err := c.client()
+	rel, err := c.conductor(log)
 	if err != nil {
 		return err
 	}
-	rel := c.release(k, namespace, log)
 	out := c.stdout()
 	var result *release.Outcome
 	switch {
 	case c.Rollback:
-		var set rollout.Set
-		if set, err = c.application(ctx, k, namespace); err != nil {
-			return c.exitError(err)
-		}
-		result, err = rel.Rollback(ctx, set, c.revisionNumber())
+		result, err = c.rollback(ctx, rel)
 	default:
 		var objects []*unstructured.Unstructured
 		if objects, err = c.objects(ctx); err != nil {
 			return c.exitError(err)
 		}
-		log.Debugf("applying %d objects to namespace %s of %s", len(objects), namespace, k.Host)
+		log.Debugf("applying %d objects to namespace %s", len(objects), rel.ApplyOptions.Namespace)
 		if c.Delete {
 			result, err = rel.Delete(ctx, objects)
 		} else {
@@ -80,13 +74,27 @@ func (c *applyCommand) apply(ctx context.Context, log *logrus.Logger) error {
 	return err
 }
 
-// release is the conductor of this run, on the run's one client.
-func (c *applyCommand) release(k *cluster.Client, namespace string, log *logrus.Logger) *release.Release {
+// rollback applies --rollback's revision of the application again.
+func (c *applyCommand) rollback(ctx context.Context, rel *release.Release) (*release.Outcome, error) {
+	set, err := rel.Application(ctx, c.Name, c.kustomization())
+	if err != nil {
+		return nil, err
+	}
+	return rel.Rollback(ctx, set, c.revisionNumber())
+}
+
+// conductor is the conductor of this run, on the run's one client: every mode goes through it.
+func (c *applyCommand) conductor(log *logrus.Logger) (*release.Release, error) {
+	k, namespace, err := c.client()
+	if err != nil {
+		return nil, err
+	}
+	log.Debugf("namespace %s of %s", namespace, k.Host)
 	view := newProgress(os.Stderr, c.Output == cli.Text && cli.IsTerminal(os.Stderr))
 	return &release.Release{
-		Steps: &release.OnCluster{Client: k, WaitOptions: rollout.WaitOptions{OnStatus: view.update}, Warnf: log.Warnf},
+		Steps: &release.OnCluster{Client: k, WaitOptions: release.WaitOptions{OnStatus: view.update}, Warnf: log.Warnf},
 		Options: release.Options{
-			ApplyOptions: rollout.Options{
+			ApplyOptions: release.ApplyOptions{
 				Namespace: namespace,
 				Force:     c.ForceConflicts,
 				DryRun:    c.DryRun == "server",
@@ -98,14 +106,14 @@ func (c *applyCommand) release(k *cluster.Client, namespace string, log *logrus.
 			RollbackOnFailure: c.RollbackOnFail,
 			HistoryMax:        c.HistoryMax,
 			Explain:           c.explainer(),
-			OnApplied: func(res *rollout.Result) {
+			OnApplied: func(res *release.Result) {
 				view.expect(res)
 				c.report(c.stdout(), res)
 				warnHelm(log, res)
 			},
 			Warnf: log.Warnf,
 		},
-	}
+	}, nil
 }
 
 // revisionNumber is --rollback's REVISION, 0 for the previous one.
@@ -166,7 +174,7 @@ func (c *applyCommand) explainer() release.Explainer {
 
 // report prints what was applied, pruned, adopted or deleted, as kubectl does; nothing with
 // -o json, which prints one document when the run ends.
-func (c *applyCommand) report(w io.Writer, res *rollout.Result) {
+func (c *applyCommand) report(w io.Writer, res *release.Result) {
 	if res == nil {
 		return
 	}
@@ -198,7 +206,7 @@ func (c *applyCommand) report(w io.Writer, res *rollout.Result) {
 
 // warnHelm tells that the Helm release whose objects were adopted still exists as Secrets, and
 // what `helm uninstall` would do now.
-func warnHelm(log *logrus.Logger, res *rollout.Result) {
+func warnHelm(log *logrus.Logger, res *release.Result) {
 	if res == nil {
 		return
 	}
@@ -244,13 +252,13 @@ func newProgress(w *os.File, live bool) *progress {
 }
 
 // expect says what the next wait awaits, before it begins.
-func (p *progress) expect(res *rollout.Result) {
+func (p *progress) expect(res *release.Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.summary = p.live && rollout.Awaits(res) > liveLines
+	p.summary = p.live && res.Awaits() > liveLines
 }
 
-func (p *progress) update(s rollout.Status) {
+func (p *progress) update(s release.Status) {
 	mark := ""
 	switch {
 	case s.Failure != nil:

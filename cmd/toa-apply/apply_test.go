@@ -20,6 +20,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 const kubeconfigYAML = `apiVersion: v1
@@ -89,7 +90,7 @@ func TestExitError(t *testing.T) {
 		code int
 	}{
 		{nil, cli.ExitOK},
-		{&rollout.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
+		{&status.Failure{Deployment: "composition-a", Pod: "p", Container: "c", Reason: "CrashLoopBackOff"}, cli.ExitFailed},
 		{&rollout.ConflictError{Conflicts: []rollout.Conflict{{Manager: "m", Field: ".spec.replicas"}}}, cli.ExitFailed},
 		{&fault.Input{Err: errors.New("no label")}, cli.ExitBadInput},
 		{fault.TimedOut(&rollout.Awaiting{Objects: []rollout.Status{{Name: "composition-a", Message: "1 old pod terminating: x"}}}), cli.ExitTimeout},
@@ -158,7 +159,7 @@ func TestApplyExitCodes(t *testing.T) {
 	log := cli.Logger(io.Discard, false)
 	run := func(dir string, change func(c *applyCommand)) error {
 		// a request bound shorter than the rollouts: it must not cut the wait's watches
-		c := &applyCommand{Dir: dir, DryRun: "none", Timeout: time.Minute, RequestTimeout: 2 * time.Second,
+		c := &applyCommand{Dir: dir, DryRun: "none", HistoryMax: 10, Timeout: time.Minute, RequestTimeout: 2 * time.Second,
 			Prune: true, Kubeconfig: kubeconfig, Namespace: ns, Output: cli.Text}
 		if change != nil {
 			change(c)
@@ -238,7 +239,7 @@ func TestSilentServer(t *testing.T) {
 			if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", Timeout: 5 * time.Minute,
+			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", HistoryMax: 10, Timeout: 5 * time.Minute,
 				RequestTimeout: 2 * time.Second, Prune: true, Kubeconfig: kubeconfig, Output: cli.Text}
 			start := time.Now()
 			err := c.Run(context.Background(), cli.Logger(io.Discard, false))
@@ -287,7 +288,7 @@ func TestRefusedCredentials(t *testing.T) {
 			if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 				t.Fatal(err)
 			}
-			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", Timeout: time.Minute,
+			c := &applyCommand{Dir: kustomization(t, "v1", ""), DryRun: "none", HistoryMax: 10, Timeout: time.Minute,
 				RequestTimeout: 10 * time.Second, Prune: true, Kubeconfig: path, Namespace: ns, Output: cli.Text}
 			err := c.Run(context.Background(), cli.Logger(io.Discard, false))
 			t.Logf("exit %d: %v", cli.ExitCode(err), err)

@@ -11,9 +11,9 @@ import (
 // It may link go-containerregistry and Docker's credential configuration, through artifact/ and
 // registry/, to pull oci://REF as Flux does and check cosign signatures, with toa-push's one
 // registry client and its bounds rather than a second client of its own (issue 37). kustomize
-// (which rollout imports for the apply order), artifact and registry import nothing of ours but
-// fault, fsys (the bounded read of --ca-file), registry, the apply order (internal/kinds) and the
-// check of Docker's config file before its keychain reads it (internal/keychain).
+// (which rollout imports for the apply order), artifact, registry and sign import nothing of ours
+// but fault, fsys (the bounded read of --ca-file), one another, the apply order (internal/kinds)
+// and the check of Docker's config file before its keychain reads it (internal/keychain).
 func TestLinksNothingOfThePushSide(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -31,9 +31,9 @@ func TestLinksNothingOfThePushSide(t *testing.T) {
 			}
 		}
 	}
-	allowed := map[string]bool{module + "fault": true, module + "fsys": true, module + "registry": true,
+	allowed := map[string]bool{module + "fault": true, module + "fsys": true, module + "registry": true, module + "sign": true,
 		module + "internal/kinds": true, module + "internal/keychain": true}
-	for _, dir := range []string{"../../kustomize", "../../artifact", "../../registry"} {
+	for _, dir := range []string{"../../kustomize", "../../artifact", "../../registry", "../../sign"} {
 		out, err = exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, dir).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", dir, err)

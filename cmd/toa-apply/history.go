@@ -14,12 +14,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/toa-deploy/toa-deploy/cluster"
 	"github.com/toa-deploy/toa-deploy/diff"
-	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/revision"
-	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/release"
 )
 
 func (c *applyCommand) printJSON(w io.Writer, v any) {
@@ -31,57 +28,46 @@ func (c *applyCommand) printJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// application is the set --history and --rollback read: --name, else the one the kustomization
-// folder names, else the only one in the namespace.
-func (c *applyCommand) application(ctx context.Context, k *cluster.Client, namespace string) (rollout.Set, error) {
-	if c.Name != "" {
-		return rollout.NewSet(c.Name, namespace), nil
+// kustomization renders the kustomization folder when there is one: the application --history
+// and --rollback read when --name does not name it (release.Application).
+func (c *applyCommand) kustomization() func(context.Context) ([]*unstructured.Unstructured, error) {
+	if info, err := os.Stat(c.dir()); err != nil || !info.IsDir() {
+		return nil
 	}
-	if info, err := os.Stat(c.dir()); err == nil && info.IsDir() {
-		objects, err := c.objects(ctx)
-		if err != nil {
-			return rollout.Set{}, err
-		}
-		return rollout.SetOf(objects, namespace)
+	return c.objects
+}
+
+// orEmpty is s, or an empty slice for nil: -o json prints [] rather than null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	apps, err := rollout.Applications(ctx, k, namespace)
-	switch {
-	case err != nil:
-		return rollout.Set{}, err
-	case len(apps) == 0:
-		return rollout.Set{}, fault.BadInputf("toa-apply has applied no application to namespace %s: give -n NAMESPACE or --name CONTEXT", namespace)
-	case len(apps) > 1:
-		return rollout.Set{}, fault.BadInputf("namespace %s has %d applications (%s): give --name CONTEXT", namespace, len(apps), strings.Join(apps, ", "))
-	}
-	return rollout.NewSet(apps[0], namespace), nil
+	return s
 }
 
 // history lists the revisions, as helm history does; a Secret that looks like a revision and is
 // not one toa-apply recorded is named on stderr and left out.
 func (c *applyCommand) history(ctx context.Context, w io.Writer, log *logrus.Logger) error {
-	k, namespace, err := c.client()
+	rel, err := c.conductor(log)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	set, err := c.application(ctx, k, namespace)
+	set, err := rel.Application(ctx, c.Name, c.kustomization())
 	if err != nil {
-		return c.exitError(err)
+		return err
 	}
-	h, err := revision.Read(ctx, k, set)
+	h, err := rel.History(ctx, set)
 	if err != nil {
-		return c.exitError(err)
+		return err
 	}
 	for _, s := range h.Skipped {
 		log.Warnf("secret/%s is skipped: %s", s.Secret, s.Reason)
 	}
 	revs := h.Revisions
 	if c.Output == cli.JSON {
-		if revs == nil {
-			revs = []revision.Revision{}
-		}
-		c.printJSON(w, revs)
+		c.printJSON(w, orEmpty(revs))
 		return nil
 	}
 	if len(revs) == 0 {
@@ -108,8 +94,8 @@ func imagesColumn(images []string) string {
 
 // diff prints what an apply would change, as kubectl diff: exit 0 the same, 1 differences, 2 or
 // more an error (a failure is 2, a timeout 3).
-func (c *applyCommand) diff(ctx context.Context, w io.Writer) error {
-	err := c.diffs(ctx, w)
+func (c *applyCommand) diff(ctx context.Context, w io.Writer, log *logrus.Logger) error {
+	err := c.diffs(ctx, w, log)
 	var coded *cli.Coded
 	if err != nil && !errors.As(err, &coded) && cli.ExitCode(err) == cli.ExitFailed {
 		return &cli.Coded{Code: cli.ExitBadInput, Err: err}
@@ -117,23 +103,14 @@ func (c *applyCommand) diff(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-func (c *applyCommand) diffs(ctx context.Context, w io.Writer) error {
-	k, namespace, err := c.client()
+func (c *applyCommand) diffs(ctx context.Context, w io.Writer, log *logrus.Logger) error {
+	rel, err := c.conductor(log)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
-	objects, err := c.diffSource(ctx, k, namespace)
-	if err != nil {
-		return c.exitError(err)
-	}
-	res, err := rollout.Apply(ctx, k, objects, rollout.Options{Namespace: namespace, Force: c.ForceConflicts,
-		DryRun: true, Prune: c.Prune, Version: toolVersion(), OnlyOwn: c.Rollback})
-	if err != nil {
-		return c.exitError(err)
-	}
-	diffs, err := diff.Diffs(res)
+	diffs, err := c.diffsOf(ctx, rel)
 	if err != nil {
 		return err
 	}
@@ -145,10 +122,7 @@ func (c *applyCommand) diffs(ctx context.Context, w io.Writer) error {
 		return &cli.Coded{Code: 1}
 	}
 	if c.Output == cli.JSON {
-		if diffs == nil {
-			diffs = []diff.ObjectDiff{}
-		}
-		c.printJSON(w, diffs)
+		c.printJSON(w, orEmpty(diffs))
 	} else {
 		for _, d := range diffs {
 			fmt.Fprintf(w, "diff -u -N LIVE/%s MERGED/%s\n%s", d.Ref, d.Ref, d.Diff)
@@ -160,15 +134,18 @@ func (c *applyCommand) diffs(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
-// diffSource is what --diff compares: the kustomization, or with --rollback a revision.
-func (c *applyCommand) diffSource(ctx context.Context, k *cluster.Client, namespace string) ([]*unstructured.Unstructured, error) {
+// diffsOf is what --diff shows: the kustomization's changes, or with --rollback a revision's.
+func (c *applyCommand) diffsOf(ctx context.Context, rel *release.Release) ([]diff.ObjectDiff, error) {
 	if !c.Rollback {
-		return c.objects(ctx)
+		objects, err := c.objects(ctx)
+		if err != nil {
+			return nil, c.exitError(err)
+		}
+		return rel.Diff(ctx, objects)
 	}
-	set, err := c.application(ctx, k, namespace)
+	set, err := rel.Application(ctx, c.Name, c.kustomization())
 	if err != nil {
 		return nil, err
 	}
-	_, objects, err := revision.Load(ctx, k, set, c.revisionNumber())
-	return objects, err
+	return rel.DiffRollback(ctx, set, c.revisionNumber())
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // The workloads an overlay adds beside a Toa application's Deployment (kinds_test.go writes
@@ -101,7 +102,7 @@ type jsonRun struct {
 	out    struct {
 		Rollout struct {
 			Done     bool             `json:"done"`
-			Failure  *rollout.Failure `json:"failure"`
+			Failure  *status.Failure  `json:"failure"`
 			Awaiting []rollout.Status `json:"timedOutAwaiting"`
 		} `json:"rollout"`
 	}

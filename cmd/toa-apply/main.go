@@ -89,7 +89,7 @@ func (c *applyCommand) Run(ctx context.Context, log *logrus.Logger) error {
 	case c.History:
 		return c.history(ctx, c.stdout(), log)
 	case c.Diff:
-		return c.diff(ctx, c.stdout())
+		return c.diff(ctx, c.stdout(), log)
 	}
 	return c.apply(ctx, log)
 }
@@ -108,7 +108,8 @@ func (c *applyCommand) validate() error {
 		return fault.BadInputf("%s do not go together", strings.Join(set, " and "))
 	case c.Diff && c.DryRun == "server":
 		return fault.BadInputf("--diff is a server-side dry run already: leave out --dry-run")
-	case c.HistoryMax < 0:
+	case c.HistoryMax < 1:
+		// 0 is not "the default": a history of nothing would leave no revision to roll back to
 		return fault.BadInputf("--history-max must be 1 or more, not %d", c.HistoryMax)
 	case c.Rollback && c.Dir != "":
 		if n, err := strconv.Atoi(c.Dir); err != nil || n < 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/artifact"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 // ociFlags read a kustomization from a registry: toa-apply oci://REF[@DIGEST].
@@ -34,7 +35,7 @@ func (c *applyCommand) fromRegistry(ctx context.Context, log *logrus.Logger) (fu
 	}
 	var key *ecdsa.PublicKey
 	if c.VerifyKey != "" {
-		k, err := artifact.ReadPublicKey(c.VerifyKey)
+		k, err := sign.ReadPublicKey(c.VerifyKey)
 		if err != nil {
 			return nil, err
 		}

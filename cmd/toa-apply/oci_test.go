@@ -121,7 +121,7 @@ func TestHostileArtifacts(t *testing.T) {
 
 // Flags that go with an artifact only are refused with a folder.
 func TestVerifyKeyNeedsAnArtifact(t *testing.T) {
-	c := &applyCommand{Dir: t.TempDir(), Render: true, ociFlags: ociFlags{VerifyKey: "cosign.pub"}}
+	c := &applyCommand{Dir: t.TempDir(), Render: true, HistoryMax: 10, ociFlags: ociFlags{VerifyKey: "cosign.pub"}}
 	err := c.Run(t.Context(), nil)
 	if err == nil || !strings.Contains(err.Error(), "--verify-key checks an artifact: give oci://REF") {
 		t.Errorf("got %v", err)

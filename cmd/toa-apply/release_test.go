@@ -21,7 +21,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/revision"
-	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // withoutService is a kustomization like kustomization's, without its Service.
@@ -58,7 +58,7 @@ func TestRelease(t *testing.T) {
 	log := cli.Logger(io.Discard, false)
 	run := func(change func(c *applyCommand)) (string, error) {
 		var out bytes.Buffer
-		c := &applyCommand{DryRun: "none", Timeout: time.Minute, RequestTimeout: 10 * time.Second, Prune: true,
+		c := &applyCommand{DryRun: "none", HistoryMax: 10, Timeout: time.Minute, RequestTimeout: 10 * time.Second, Prune: true,
 			Kubeconfig: kubeconfig, Namespace: ns, Output: cli.Text, out: &out}
 		change(c)
 		err := c.Run(context.Background(), log)
@@ -172,7 +172,7 @@ func TestRelease(t *testing.T) {
 		t.Errorf("--rollback-on-failure: exit %d, %v; want 1, the crash loop and the rollback", cli.ExitCode(err), err)
 	}
 	var result struct {
-		Rollout  struct{ Failure *rollout.Failure }
+		Rollout  struct{ Failure *status.Failure }
 		Revision revision.Revision // the failed apply's, marked so
 		Rollback struct {
 			To   int

@@ -19,6 +19,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/pipeline"
 	"github.com/toa-deploy/toa-deploy/registry"
+	"github.com/toa-deploy/toa-deploy/sign"
 	"github.com/toa-deploy/toa-deploy/toa"
 )
 
@@ -224,7 +225,7 @@ func (c *pushCommand) options(log *logrus.Logger, display *cli.Display) ([]pipel
 // attestation is what --sbom and --sign-key (or TOA_SIGN_KEY) ask to attach; the key is read
 // before any work, so that a bad one fails at once.
 func (c *pushCommand) attestation() (pipeline.Option, error) {
-	signer, err := attest.LoadKey(c.SignKey, os.LookupEnv)
+	signer, err := sign.LoadKey(c.SignKey, os.LookupEnv)
 	if err != nil {
 		return nil, err
 	}

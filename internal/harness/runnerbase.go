@@ -95,7 +95,9 @@ func runnerNodeLayer(t testing.TB) (version, file string) {
 			t.Skipf("the runner's node has no %s to lay into a base", need)
 		}
 	}
-	file = filepath.Join(debianbase.Dir(), "runner-node-"+version+".tar")
+	// ".2": the layer whose npm and headers folders are opaque (the name of the one before
+	// stays another's, which other worktrees may still read)
+	file = filepath.Join(debianbase.Dir(), "runner-node-"+version+".2.tar")
 	if info, err := os.Stat(file); err == nil && info.Size() > 0 {
 		return version, file
 	}
@@ -115,6 +117,12 @@ func runnerNodeLayer(t testing.TB) (version, file string) {
 	}
 	for _, tree := range [][2]string{{npm, "usr/local/lib/node_modules/npm"}, {headers, "usr/local/include/node"}} {
 		if err := addTree(tw, tree[0], tree[1]); err != nil {
+			t.Fatal(err)
+		}
+		// opaque: the Debian base's npm 10 (and any headers) gone, not mixed with the runner's:
+		// npm 11's files over npm 10's left npm 10's nested packages first on npm 11's require
+		// path, and npm ci failed there ("Class extends value undefined", minipass-flush)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: tree[1] + "/.wh..wh..opq", Mode: 0o644}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package rollout
+package status
 
 import (
 	"cmp"
@@ -20,7 +20,7 @@ import (
 // The kinds the wait awaits beside Deployments (status.go): StatefulSets, DaemonSets and Jobs,
 // judged as kubectl rollout status judges them and by the pods they own, and custom resources by
 // the standard conditions (Ready, Stalled, Reconciling) as kstatus reads them. Each verdict is a
-// pure function of the object and its pods, as Check is of a Deployment.
+// pure function of the object and its pods, as CheckDeployment is of a Deployment.
 
 // The kinds of workloads the wait knows.
 var (
@@ -36,27 +36,27 @@ const (
 	templateGenerationAnnotation = appsv1.DeprecatedTemplateGeneration   // on a DaemonSet: its template's generation
 )
 
-// workload says whether a kind is one of the workloads the wait knows, which own pods.
-func workload(gk schema.GroupKind) bool {
+// Workload says whether a kind is one of the workloads the wait knows, which own pods.
+func Workload(gk schema.GroupKind) bool {
 	return gk == deploymentKind || gk == statefulSetKind || gk == daemonSetKind || gk == jobKind
 }
 
-// custom says whether a kind is a custom resource's: of a group Kubernetes itself does not serve
+// Custom says whether a kind is a custom resource's: of a group Kubernetes itself does not serve
 // (client-go's scheme has every built-in group). The API extension kinds are not: a
 // CustomResourceDefinition is awaited by the apply (Established), an APIService has no Ready.
-func custom(gk schema.GroupKind) bool {
+func Custom(gk schema.GroupKind) bool {
 	return gk.Group != "" && !scheme.Scheme.IsGroupRegistered(gk.Group) &&
 		gk.Group != "apiextensions.k8s.io" && gk.Group != "apiregistration.k8s.io"
 }
 
-// awaited says whether the wait awaits an applied object of a kind: workloads, and custom
+// Awaited says whether the wait awaits an applied object of a kind: workloads, and custom
 // resources (those without conditions are found done at their first check).
-func awaited(gk schema.GroupKind) bool { return workload(gk) || custom(gk) }
+func Awaited(gk schema.GroupKind) bool { return Workload(gk) || Custom(gk) }
 
-// StatefulSetStatus is kubectl rollout status's verdict on a StatefulSet, with the partition
+// statefulSetStatus is kubectl rollout status's verdict on a StatefulSet, with the partition
 // respected and the strategy OnDelete awaited only until its pods are ready: it updates no pod
 // until someone deletes it.
-func StatefulSetStatus(s *appsv1.StatefulSet) (done bool, message string) {
+func statefulSetStatus(s *appsv1.StatefulSet) (done bool, message string) {
 	if s.Status.ObservedGeneration == 0 || s.Generation > s.Status.ObservedGeneration {
 		return false, "waiting for the statefulset spec update to be observed"
 	}
@@ -102,21 +102,21 @@ func StatefulSetStatus(s *appsv1.StatefulSet) (done bool, message string) {
 }
 
 // CheckStatefulSet is the whole verdict on a StatefulSet, given the pods its selector matches:
-// failed as soon as a pod of the update revision fails, done when StatefulSetStatus holds and no
+// failed as soon as a pod of the update revision fails, done when statefulSetStatus holds and no
 // pod of it is terminating, else what is awaited.
 func CheckStatefulSet(s *appsv1.StatefulSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
 	pods = controlledBy(pods, s)
 	isNew := func(p *corev1.Pod) bool {
 		return s.Status.UpdateRevision == "" || p.Labels[revisionHashLabel] == s.Status.UpdateRevision
 	}
-	done, message := StatefulSetStatus(s)
-	return podsVerdict(Ref{Group: "apps", Kind: "StatefulSet", Namespace: s.Namespace, Name: s.Name},
+	done, message := statefulSetStatus(s)
+	return podsVerdict(object{statefulSetKind, s.Namespace, s.Name},
 		observed(s.Generation, s.Status.ObservedGeneration), done, message, pods, isNew, now, grace)
 }
 
-// DaemonSetStatus is kubectl rollout status's verdict on a DaemonSet; the strategy OnDelete is
+// daemonSetStatus is kubectl rollout status's verdict on a DaemonSet; the strategy OnDelete is
 // awaited only until a pod is available on every node that should run one.
-func DaemonSetStatus(d *appsv1.DaemonSet) (done bool, message string) {
+func daemonSetStatus(d *appsv1.DaemonSet) (done bool, message string) {
 	if d.Generation > d.Status.ObservedGeneration {
 		return false, "waiting for the daemonset spec update to be observed"
 	}
@@ -134,14 +134,14 @@ func DaemonSetStatus(d *appsv1.DaemonSet) (done bool, message string) {
 }
 
 // CheckDaemonSet is the whole verdict on a DaemonSet, given the pods its selector matches:
-// failed as soon as a pod of its current template fails, done when DaemonSetStatus holds and no
+// failed as soon as a pod of its current template fails, done when daemonSetStatus holds and no
 // pod of it is terminating, else what is awaited.
 func CheckDaemonSet(d *appsv1.DaemonSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
 	pods = controlledBy(pods, d)
 	generation := d.Annotations[templateGenerationAnnotation]
 	isNew := func(p *corev1.Pod) bool { return generation == "" || p.Labels[templateGenerationLabel] == generation }
-	done, message := DaemonSetStatus(d)
-	return podsVerdict(Ref{Group: "apps", Kind: "DaemonSet", Namespace: d.Namespace, Name: d.Name},
+	done, message := daemonSetStatus(d)
+	return podsVerdict(object{daemonSetKind, d.Namespace, d.Name},
 		observed(d.Generation, d.Status.ObservedGeneration), done, message, pods, isNew, now, grace)
 }
 
@@ -150,7 +150,7 @@ func CheckDaemonSet(d *appsv1.DaemonSet, pods []*corev1.Pod, now time.Time, grac
 // DeadlineExceeded...) or as soon as a pod of it will not start without a change (a crash loop, an
 // image that cannot be pulled); a suspended Job is not awaited.
 func CheckJob(j *batchv1.Job, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
-	ref := Ref{Group: "batch", Kind: "Job", Namespace: j.Namespace, Name: j.Name}
+	ref := object{jobKind, j.Namespace, j.Name}
 	for _, t := range []batchv1.JobConditionType{batchv1.JobFailed, batchv1.JobFailureTarget} {
 		if c := jobCondition(j, t); c != nil {
 			f := failureOf(ref, &Failure{Reason: c.Reason, Message: c.Message})
@@ -188,7 +188,7 @@ func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondit
 // podsVerdict is a workload's verdict from its own (done, message) and the pods it controls: the
 // first failure of a pod of its new revision (isNew) once the spec is observed, else not done
 // while one of its pods terminates (the promise of a Deployment's wait: nothing old still runs).
-func podsVerdict(ref Ref, observed, done bool, message string, pods []*corev1.Pod, isNew func(*corev1.Pod) bool,
+func podsVerdict(ref object, observed, done bool, message string, pods []*corev1.Pod, isNew func(*corev1.Pod) bool,
 	now time.Time, grace time.Duration) State {
 	var recheck time.Time
 	if observed {
@@ -202,13 +202,13 @@ func podsVerdict(ref Ref, observed, done bool, message string, pods []*corev1.Po
 
 // newPodFailure is the first failure of a pod of the new revision (isNew), named as ref's, or
 // when to look again at the earliest pod whose verdict waits on time.
-func newPodFailure(ref Ref, pods []*corev1.Pod, isNew func(*corev1.Pod) bool, now time.Time, grace time.Duration) (*Failure, time.Time) {
+func newPodFailure(ref object, pods []*corev1.Pod, isNew func(*corev1.Pod) bool, now time.Time, grace time.Duration) (*Failure, time.Time) {
 	var recheck time.Time
 	for _, p := range sortedPods(pods) {
 		if !isNew(p) {
 			continue
 		}
-		f, at := PodFailure(p, now, grace)
+		f, at := podFailure(p, now, grace)
 		if f != nil {
 			return failureOf(ref, f), time.Time{}
 		}
@@ -224,7 +224,7 @@ func settled(done bool, message string, pods []*corev1.Pod, recheck time.Time) S
 	if !done {
 		return State{Message: message, Recheck: recheck}
 	}
-	if gone := Terminating(pods); len(gone) > 0 {
+	if gone := terminating(pods); len(gone) > 0 {
 		return State{Message: terminatingMessage(gone), Recheck: recheck}
 	}
 	return State{Done: true, Message: message}
@@ -238,10 +238,10 @@ func controlledBy(pods []*corev1.Pod, owner metav1.Object) []*corev1.Pod {
 }
 
 // failureOf names the object in f.
-func failureOf(ref Ref, f *Failure) *Failure {
-	f.Group, f.Kind, f.Namespace, f.Name = ref.Group, ref.Kind, ref.Namespace, ref.Name
-	if ref.GroupKind() == deploymentKind {
-		f.Deployment = ref.Name
+func failureOf(ref object, f *Failure) *Failure {
+	f.Group, f.Kind, f.Namespace, f.Name = ref.kind.Group, ref.kind.Kind, ref.namespace, ref.name
+	if ref.kind == deploymentKind {
+		f.Deployment = ref.name
 	}
 	return f
 }
@@ -268,7 +268,7 @@ type resourceCondition struct {
 // generation is awaited until the controller observes this one; Stalled=True fails; Reconciling=True
 // is in progress; Ready=True is done, Ready=False fails with its reason, Ready=Unknown is awaited.
 func CheckConditions(obj *unstructured.Unstructured) State {
-	ref := RefOf(obj)
+	ref := object{obj.GroupVersionKind().GroupKind(), obj.GetNamespace(), obj.GetName()}
 	var status struct {
 		ObservedGeneration *int64              `json:"observedGeneration"`
 		Conditions         []resourceCondition `json:"conditions"`

@@ -1,4 +1,4 @@
-package attest_test
+package sign_test
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/attest"
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/sign"
 )
 
 // A key `cosign generate-key-pair` made, encrypted with its password, signs for toa-push: opened
@@ -30,7 +30,7 @@ func TestCosignEncryptedKey(t *testing.T) {
 		return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	}
 
-	signer, err := attest.LoadKey(keyFile, lookup(map[string]string{attest.PasswordEnv: "toa-test-password"}))
+	signer, err := sign.LoadKey(keyFile, lookup(map[string]string{sign.PasswordEnv: "toa-test-password"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +48,9 @@ func TestCosignEncryptedKey(t *testing.T) {
 
 	for name, env := range map[string]map[string]string{
 		"no password":    {},
-		"wrong password": {attest.PasswordEnv: "another"},
+		"wrong password": {sign.PasswordEnv: "another"},
 	} {
-		_, err := attest.LoadKey(keyFile, lookup(env))
+		_, err := sign.LoadKey(keyFile, lookup(env))
 		var in *fault.Input
 		if !errors.As(err, &in) || in.File != keyFile {
 			t.Errorf("%s: %v, want bad input naming %s", name, err, keyFile)

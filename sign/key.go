@@ -1,43 +1,20 @@
-package attest
+package sign
 
 import (
-	"bytes"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/nacl/secretbox"
 	"golang.org/x/crypto/scrypt"
 
 	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/fsys"
-)
-
-// What cosign reads of a signature (sigstore/cosign v3: pkg/oci/static/signature.go,
-// pkg/types/media.go, pkg/oci/remote/remote.go; the payload is sigstore/sigstore's
-// pkg/signature/payload): the signatures of a manifest digest are the layers of the image tagged
-// sha256-<hex>.sig in the same repository, each a simple-signing payload with its base64
-// signature in an annotation.
-const (
-	MediaTypeSimpleSigning = "application/vnd.dev.cosign.simplesigning.v1+json"
-	AnnotationSignature    = "dev.cosignproject.cosign/signature"
-	// cosignSignatureType is the payload's critical.type.
-	cosignSignatureType = "cosign container image signature"
 )
 
 // maxKey bounds what is read of a key file.
@@ -168,143 +145,6 @@ func (s *Signer) PublicKeyPEM() ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
-// simpleSigning is cosign's payload (sigstore/sigstore pkg/signature/payload
-// SimpleContainerImage), its fields in cosign's order.
-type simpleSigning struct {
-	Critical struct {
-		Identity struct {
-			DockerReference string `json:"docker-reference"`
-		} `json:"identity"`
-		Image struct {
-			DockerManifestDigest string `json:"docker-manifest-digest"`
-		} `json:"image"`
-		Type string `json:"type"`
-	} `json:"critical"`
-	Optional map[string]any `json:"optional"`
-}
-
-// Payload is what is signed for the manifest digest in repository: cosign's simple-signing
-// payload, naming the repository as cosign does by default.
-func Payload(repository, digest string) ([]byte, error) {
-	var p simpleSigning
-	p.Critical.Identity.DockerReference = repository
-	p.Critical.Image.DockerManifestDigest = digest
-	p.Critical.Type = cosignSignatureType
-	return json.Marshal(p)
-}
-
-// Sign signs the payload: ECDSA over its SHA-256, ASN.1 encoded, in base64 as cosign's
-// annotation holds it. The signature is deterministic (RFC 6979): the same payload and key give
-// the same bytes, so a signature image is reproducible like the images.
-func (s *Signer) Sign(payload []byte) (string, error) {
-	sum := sha256.Sum256(payload)
-	sig, err := s.key.Sign(nil, sum[:], crypto.SHA256)
-	if err != nil {
-		return "", err
-	}
-	return base64.StdEncoding.EncodeToString(sig), nil
-}
-
-// verify says whether b64 is s's signature of payload.
-func (s *Signer) verify(payload []byte, b64 string) bool {
-	sig, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		return false
-	}
-	sum := sha256.Sum256(payload)
-	return ecdsa.VerifyASN1(&s.key.PublicKey, sum[:], sig)
-}
-
-// SignatureTag is the tag cosign looks for the signatures of digest under: "sha256-<hex>.sig".
-func SignatureTag(repo name.Repository, digest string) (name.Tag, error) {
-	return name.NewTag(repo.Name()+":"+strings.Replace(digest, ":", "-", 1)+".sig", name.Insecure)
-}
-
-// SignatureImage is the signature image for digest in repository: existing (the image under the
-// signature tag, or nil) with a layer of s's signature added, as `cosign sign` adds one. It
-// returns nil when existing already holds that signature: nothing to write.
-func (s *Signer) SignatureImage(existing v1.Image, repository, digest string) (v1.Image, error) {
-	payload, err := Payload(repository, digest)
-	if err != nil {
-		return nil, err
-	}
-	if existing != nil {
-		has, err := s.signed(existing, payload)
-		if err != nil {
-			return nil, fmt.Errorf("read the signatures of %s@%s: %w", repository, digest, err)
-		}
-		if has {
-			return nil, nil
-		}
-	} else {
-		// cosign's empty signature image (pkg/oci/empty): OCI media types
-		existing = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	}
-	b64, err := s.Sign(payload)
-	if err != nil {
-		return nil, err
-	}
-	return mutate.Append(existing, mutate.Addendum{
-		Layer:       static.NewLayer(payload, MediaTypeSimpleSigning),
-		Annotations: map[string]string{AnnotationSignature: b64},
-	})
-}
-
-// signed says whether img holds a layer with payload signed by s.
-func (s *Signer) signed(img v1.Image, payload []byte) (bool, error) {
-	m, err := img.Manifest()
-	if err != nil {
-		return false, err
-	}
-	want, _, err := v1.SHA256(bytes.NewReader(payload))
-	if err != nil {
-		return false, err
-	}
-	for _, l := range m.Layers {
-		if l.Digest == want && s.verify(payload, l.Annotations[AnnotationSignature]) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// VerifySignatures is what `cosign verify --key` checks, for tests and for toa-push's own
-// check after writing: some layer of sigs is a payload for digest signed by pub.
-func VerifySignatures(sigs v1.Image, pub *ecdsa.PublicKey, digest string) error {
-	m, err := sigs.Manifest()
-	if err != nil {
-		return err
-	}
-	layers, err := sigs.Layers()
-	if err != nil {
-		return err
-	}
-	for i, l := range layers {
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		payload, err := io.ReadAll(io.LimitReader(rc, maxKey))
-		rc.Close()
-		if err != nil {
-			return err
-		}
-		var p simpleSigning
-		if json.Unmarshal(payload, &p) != nil || p.Critical.Image.DockerManifestDigest != digest {
-			continue
-		}
-		sig, err := base64.StdEncoding.DecodeString(m.Layers[i].Annotations[AnnotationSignature])
-		if err != nil {
-			continue
-		}
-		sum := sha256.Sum256(payload)
-		if ecdsa.VerifyASN1(pub, sum[:], sig) {
-			return nil
-		}
-	}
-	return fmt.Errorf("no signature of %s by the key", digest)
-}
-
 // KeyEnv holds a signing key's PEM (a CI secret) when --sign-key does not name one.
 const KeyEnv = "TOA_SIGN_KEY"
 
@@ -331,20 +171,50 @@ func LoadKey(spec string, lookupEnv func(string) (string, bool)) (*Signer, error
 		}
 		return ParseKey([]byte(pemData), "$"+v, password)
 	}
-	f, err := fsys.Open(spec, maxKey) // a FIFO there would block the open, a device the read
+	data, err := readKeyFile(spec, "--sign-key", "give --sign-key the file of an ECDSA P-256 private key in PEM")
+	if err != nil {
+		return nil, err
+	}
+	return ParseKey(data, spec, password)
+}
+
+// readKeyFile reads a key file flag names, bounded and without blocking: a FIFO there would
+// block the open, a device the read.
+func readKeyFile(file, flag, hint string) ([]byte, error) {
+	data, err := fsys.ReadFile(file, maxKey)
 	if fault.IsInput(err) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, &fault.Input{File: spec, Key: "--sign-key", Message: "cannot be read: " + err.Error(),
-			Hint: "give --sign-key the file of an ECDSA P-256 private key in PEM"}
+		return nil, &fault.Input{File: file, Key: flag, Message: "cannot be read: " + err.Error(), Hint: hint}
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxKey+1))
+	return data, nil
+}
+
+// ReadPublicKey reads an ECDSA P-256 public key in PEM, as `cosign generate-key-pair` writes
+// cosign.pub: what toa-apply's --verify-key names.
+func ReadPublicKey(file string) (*ecdsa.PublicKey, error) {
+	const hint = "give the public key toa-push's --sign-key pairs with (cosign.pub, or `openssl ec -in KEY -pubout`)"
+	bad := func(msg string) error {
+		return &fault.Input{File: file, Key: "--verify-key", Message: msg, Hint: hint}
+	}
+	data, err := readKeyFile(file, "--verify-key", hint)
 	if err != nil {
-		return nil, fmt.Errorf("read the signing key %s: %w", spec, err)
+		return nil, err
 	}
-	return ParseKey(data, spec, password)
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, bad("holds no PEM public key")
+	}
+	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, bad("is not a public key toa-apply can read: " + err.Error())
+	}
+	ec, ok := key.(*ecdsa.PublicKey)
+	if !ok || ec.Curve != elliptic.P256() {
+		return nil, bad("is not an ECDSA P-256 public key")
+	}
+	return ec, nil
 }
 
 // PublicKey is the signer's public key.

@@ -1,4 +1,4 @@
-package rollout
+package status
 
 import (
 	"strings"
@@ -285,23 +285,8 @@ func TestAwaited(t *testing.T) {
 		{Group: "networking.k8s.io", Kind: "Ingress"}: false,
 		{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}: false,
 	} {
-		if got := awaited(gk); got != want {
-			t.Errorf("awaited(%s) = %v, want %v", gk, got, want)
-		}
-	}
-}
-
-func TestStatusObject(t *testing.T) {
-	for _, tt := range []struct {
-		s    Status
-		want string
-	}{
-		{Status{Group: "apps", Kind: "StatefulSet", Name: "db"}, "statefulset/db"},
-		{Status{Name: "composition-a"}, "deployment/composition-a"},
-		{Status{Group: "example.com", Kind: "Widget", Name: "w"}, "widget.example.com/w"},
-	} {
-		if got := tt.s.Object(); got != tt.want {
-			t.Errorf("Object() = %q, want %q", got, tt.want)
+		if got := Awaited(gk); got != want {
+			t.Errorf("Awaited(%s) = %v, want %v", gk, got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package rollout
+package status
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 const (
@@ -81,11 +82,11 @@ func (f *Failure) object() string {
 	return strings.ToLower(kind) + " " + name
 }
 
-// DeploymentStatus is kubectl rollout status's verdict on a Deployment (kubectl
+// deploymentStatus is kubectl rollout status's verdict on a Deployment (kubectl
 // pkg/polymorphichelpers/rollout_status.go), made stricter by status.terminatingReplicas where
 // the server reports it: done, or what is awaited, or a *Failure when the progress deadline has
 // passed.
-func DeploymentStatus(d *appsv1.Deployment) (done bool, message string, err error) {
+func deploymentStatus(d *appsv1.Deployment) (done bool, message string, err error) {
 	if done, message, err = kubectlStatus(d); !done || err != nil {
 		return done, message, err
 	}
@@ -101,7 +102,7 @@ func kubectlStatus(d *appsv1.Deployment) (done bool, message string, err error) 
 		return false, "waiting for the deployment spec update to be observed", nil
 	}
 	if c := condition(d, appsv1.DeploymentProgressing); c != nil && c.Reason == timedOutReason {
-		return false, "", failureOf(refOfDeployment(d), &Failure{Reason: timedOutReason, Message: c.Message})
+		return false, "", failureOf(objectOf(d), &Failure{Reason: timedOutReason, Message: c.Message})
 	}
 	s := d.Status
 	if d.Spec.Replicas != nil && s.UpdatedReplicas < *d.Spec.Replicas {
@@ -132,9 +133,9 @@ func condition(d *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.D
 	return &d.Status.Conditions[i]
 }
 
-// NewReplicaSet is the Deployment's current ReplicaSet among rss: one it controls whose revision
+// newReplicaSet is the Deployment's current ReplicaSet among rss: one it controls whose revision
 // is the Deployment's. Nil until the controller has made it and said so.
-func NewReplicaSet(d *appsv1.Deployment, rss []*appsv1.ReplicaSet) *appsv1.ReplicaSet {
+func newReplicaSet(d *appsv1.Deployment, rss []*appsv1.ReplicaSet) *appsv1.ReplicaSet {
 	revision := d.Annotations[revisionAnnotation]
 	if revision == "" || d.Generation > d.Status.ObservedGeneration {
 		return nil
@@ -148,11 +149,11 @@ func NewReplicaSet(d *appsv1.Deployment, rss []*appsv1.ReplicaSet) *appsv1.Repli
 	return nil
 }
 
-// PodFailure says why a pod of a new ReplicaSet will not become ready without a change: a
+// podFailure says why a pod of a new ReplicaSet will not become ready without a change: a
 // container (or init container) waiting for one of failingReasons, or the pod unschedulable for
 // longer than grace. When the pod is unschedulable but within its grace, recheck is when the
 // grace ends.
-func PodFailure(pod *corev1.Pod, now time.Time, grace time.Duration) (f *Failure, recheck time.Time) {
+func podFailure(pod *corev1.Pod, now time.Time, grace time.Duration) (f *Failure, recheck time.Time) {
 	if pod.DeletionTimestamp != nil {
 		return nil, time.Time{}
 	}
@@ -199,8 +200,8 @@ func waitingMessage(c corev1.ContainerStatus) string {
 	return msg
 }
 
-// Terminating are the pods that have been told to go and are not gone yet.
-func Terminating(pods []*corev1.Pod) []*corev1.Pod {
+// terminating are the pods that have been told to go and are not gone yet.
+func terminating(pods []*corev1.Pod) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {
@@ -210,22 +211,22 @@ func Terminating(pods []*corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// Check is the whole verdict on a Deployment, given the ReplicaSets and pods its selector
+// CheckDeployment is the whole verdict on a Deployment, given the ReplicaSets and pods its selector
 // matches: failed as soon as a failure is certain (the progress deadline passed, a pod of the new
 // ReplicaSet fails), done when kubectl's rollout conditions hold and no pod it selected is
 // terminating, else what is awaited.
-func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
+func CheckDeployment(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, now time.Time, grace time.Duration) State {
 	done, message, err := kubectlStatus(d)
 	if err != nil {
 		f := err.(*Failure)
 		return State{Message: f.Reason, Failure: f}
 	}
 	var recheck time.Time
-	if rs := NewReplicaSet(d, rss); rs != nil {
+	if rs := newReplicaSet(d, rss); rs != nil {
 		hash := rs.Labels[templateHashLabel]
 		isNew := func(p *corev1.Pod) bool { return hash != "" && p.Labels[templateHashLabel] == hash }
 		var f *Failure
-		if f, recheck = newPodFailure(refOfDeployment(d), pods, isNew, now, grace); f != nil {
+		if f, recheck = newPodFailure(objectOf(d), pods, isNew, now, grace); f != nil {
 			return State{Message: f.Reason, Failure: f}
 		}
 	}
@@ -233,15 +234,19 @@ func Check(d *appsv1.Deployment, rss []*appsv1.ReplicaSet, pods []*corev1.Pod, n
 		return st
 	}
 	// the pods already gone from the watch, and the server still counting some
-	if done, message, _ = DeploymentStatus(d); !done {
+	if done, message, _ = deploymentStatus(d); !done {
 		return State{Message: message, Recheck: recheck}
 	}
 	return State{Done: true, Message: message}
 }
 
-func refOfDeployment(d *appsv1.Deployment) Ref {
-	return Ref{Group: deploymentKind.Group, Kind: deploymentKind.Kind, Namespace: d.Namespace, Name: d.Name}
+// object names the object a verdict is on, for its Failure.
+type object struct {
+	kind            schema.GroupKind
+	namespace, name string
 }
+
+func objectOf(d *appsv1.Deployment) object { return object{deploymentKind, d.Namespace, d.Name} }
 
 func terminatingMessage(pods []*corev1.Pod) string {
 	names := make([]string, 0, len(pods))

@@ -1,4 +1,4 @@
-package rollout
+package status
 
 import (
 	"strings"
@@ -61,7 +61,7 @@ func TestDeploymentStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			done, message, err := DeploymentStatus(tt.d)
+			done, message, err := deploymentStatus(tt.d)
 			if err != nil {
 				message = err.Error()
 			}
@@ -137,7 +137,7 @@ func TestPodFailure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, recheck := PodFailure(tt.pod, now, grace)
+			f, recheck := podFailure(tt.pod, now, grace)
 			if !recheck.Equal(tt.recheck) {
 				t.Errorf("recheck = %v, want %v", recheck, tt.recheck)
 			}
@@ -167,13 +167,13 @@ func replicaSet(name, hash, revision string, owner types.UID) *appsv1.ReplicaSet
 func TestNewReplicaSet(t *testing.T) {
 	old, cur := replicaSet("a-old", "old", "1", "d-uid"), replicaSet("a-new", "new", "2", "d-uid")
 	stranger := replicaSet("b-new", "b", "2", "other-uid")
-	if rs := NewReplicaSet(deployment(nil), []*appsv1.ReplicaSet{stranger, old, cur}); rs != cur {
+	if rs := newReplicaSet(deployment(nil), []*appsv1.ReplicaSet{stranger, old, cur}); rs != cur {
 		t.Errorf("NewReplicaSet = %v, want a-new", rs)
 	}
-	if rs := NewReplicaSet(deployment(func(d *appsv1.Deployment) { d.Generation = 3 }), []*appsv1.ReplicaSet{old, cur}); rs != nil {
+	if rs := newReplicaSet(deployment(func(d *appsv1.Deployment) { d.Generation = 3 }), []*appsv1.ReplicaSet{old, cur}); rs != nil {
 		t.Errorf("NewReplicaSet of an unobserved spec = %v, want none", rs.Name)
 	}
-	if rs := NewReplicaSet(deployment(func(d *appsv1.Deployment) { d.Annotations[revisionAnnotation] = "3" }), []*appsv1.ReplicaSet{old, cur}); rs != nil {
+	if rs := newReplicaSet(deployment(func(d *appsv1.Deployment) { d.Annotations[revisionAnnotation] = "3" }), []*appsv1.ReplicaSet{old, cur}); rs != nil {
 		t.Errorf("NewReplicaSet before the controller made it = %v, want none", rs.Name)
 	}
 }
@@ -221,7 +221,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := Check(tt.d, rss, tt.pods, now, grace)
+			s := CheckDeployment(tt.d, rss, tt.pods, now, grace)
 			if tt.failure != "" {
 				if s.Failure == nil || !strings.Contains(s.Failure.Error(), tt.failure) {
 					t.Fatalf("Check = %+v, want the failure %q", s, tt.failure)

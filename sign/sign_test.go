@@ -1,4 +1,4 @@
-package attest
+package sign
 
 import (
 	"crypto/ecdsa"
@@ -82,17 +82,17 @@ func TestSignatureImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	repo, digest := "127.0.0.1:5000/shop/composition-front", "sha256:"+strings.Repeat("ab", 32)
-	sigs, err := s.SignatureImage(nil, repo, digest)
+	sigs, err := s.Image(nil, repo, digest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifySignatures(sigs, &k.PublicKey, digest); err != nil {
+	if err := Verify(sigs, &k.PublicKey, digest); err != nil {
 		t.Error(err)
 	}
-	if err := VerifySignatures(sigs, &k.PublicKey, "sha256:"+strings.Repeat("cd", 32)); err == nil {
+	if err := Verify(sigs, &k.PublicKey, "sha256:"+strings.Repeat("cd", 32)); err == nil {
 		t.Error("the signature verifies for another digest")
 	}
-	if err := VerifySignatures(sigs, &newKey(t, elliptic.P256()).PublicKey, digest); err == nil {
+	if err := Verify(sigs, &newKey(t, elliptic.P256()).PublicKey, digest); err == nil {
 		t.Error("the signature verifies with another key")
 	}
 	m, err := sigs.Manifest()
@@ -117,65 +117,33 @@ func TestSignatureImage(t *testing.T) {
 		t.Errorf("payload %s", got)
 	}
 	// deterministic: the same digest and key, the same signature image
-	again, _ := s.SignatureImage(nil, repo, digest)
+	again, _ := s.Image(nil, repo, digest)
 	if d1, d2 := digestOf(t, sigs), digestOf(t, again); d1 != d2 {
 		t.Errorf("two signature images for one digest: %s, %s", d1, d2)
 	}
 	// signed already: nothing to write
-	if same, err := s.SignatureImage(sigs, repo, digest); err != nil || same != nil {
+	if same, err := s.Image(sigs, repo, digest); err != nil || same != nil {
 		t.Errorf("signing again gave %v, %v; want nothing to write", same, err)
 	}
 	// another signer's image keeps its layers
 	other, _ := ParseKey(sec1PEM(t, newKey(t, elliptic.P256())), "other.pem", nil)
-	both, err := other.SignatureImage(sigs, repo, digest)
+	both, err := other.Image(sigs, repo, digest)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := both.Manifest(); len(m.Layers) != 2 {
 		t.Errorf("%d layers, want both signatures", len(m.Layers))
 	}
-	if err := VerifySignatures(both, &k.PublicKey, digest); err != nil {
+	if err := Verify(both, &k.PublicKey, digest); err != nil {
 		t.Error(err)
 	}
 }
 
 func TestSignatureTag(t *testing.T) {
 	repo, _ := name.NewRepository("127.0.0.1:5000/shop/front", name.Insecure)
-	tag, err := SignatureTag(repo, "sha256:"+strings.Repeat("ab", 32))
-	if err != nil || tag.String() != "127.0.0.1:5000/shop/front:sha256-"+strings.Repeat("ab", 32)+".sig" {
-		t.Errorf("got %v, %v", tag, err)
-	}
-}
-
-func TestArtifact(t *testing.T) {
-	subject := v1.Descriptor{MediaType: types.OCIManifestSchema1, Size: 42, Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)},
-		Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}
-	art, err := Artifact([]byte(`{"spdxVersion":"SPDX-2.3"}`), MediaTypeSPDX, MediaTypeSPDX, "sbom.spdx.json", subject, map[string]string{AnnotationCreated: "1970-01-01T00:00:00Z"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := art.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.ArtifactType != MediaTypeSPDX || m.Subject == nil || m.Subject.Digest != subject.Digest || m.Subject.Platform != nil {
-		t.Errorf("manifest %+v", m)
-	}
-	// the empty descriptor of the image spec
-	if m.Config.MediaType != MediaTypeEmpty || m.Config.Digest.String() != "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" || m.Config.Size != 2 {
-		t.Errorf("config %+v", m.Config)
-	}
-	doc, mt, err := Document(art)
-	if err != nil || mt != MediaTypeSPDX || string(doc) != `{"spdxVersion":"SPDX-2.3"}` {
-		t.Errorf("document %s %s %v", doc, mt, err)
-	}
-	layers, err := art.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers %v %v", layers, err)
-	}
-	cfg, err := art.RawConfigFile()
-	if err != nil || string(cfg) != "{}" {
-		t.Errorf("config %s %v", cfg, err)
+	tag := Tag(repo, "sha256:"+strings.Repeat("ab", 32))
+	if tag.String() != "127.0.0.1:5000/shop/front:sha256-"+strings.Repeat("ab", 32)+".sig" || !IsTag(tag.String()) {
+		t.Errorf("got %v", tag)
 	}
 }
 
