@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/layer"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 // Item 2: the sources layer of a large component against `tar -c | gzip -6` of the same tree.

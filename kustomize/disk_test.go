@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // A kustomization's files are read only when they are regular files of a bounded size: a named

@@ -17,7 +17,7 @@
 //	npm/                         npm's own cache (npm --cache)
 //	tmp/                         staging folders of running installs
 //
-// Each folder is one of fsys's caches (fsys/cache.go names them all); toa-push prunes them to
+// Each folder is one of fsys's caches (internal/fsys/cache.go names them all); toa-push prunes them to
 // TOA_CACHE_MAX at the end of a run, least recently used first. A record whose layer is gone is
 // a miss: the layer is made again.
 package layer

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // SOURCE_DATE_EPOCH is read in one place: a number of seconds is the time, unset or blank the

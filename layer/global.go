@@ -11,9 +11,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/fsys"
-	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
 )
 
 // runHint is the advice for a build.run line toa-push cannot run.

@@ -7,8 +7,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
-	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
 )
 
 // job is one npm install whose tree becomes a layer kept in the cache: Dependencies' and

@@ -8,7 +8,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // nativePackage is an installed package that builds or downloads native code at install.

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // Toolchain is what runs the install on the runner. Its versions are inputs of the dependencies

@@ -11,9 +11,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/toa-deploy/toa-deploy/fault"
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
-	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
 )
 
 func TestSplitLines(t *testing.T) {

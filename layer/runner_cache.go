@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // What node says of itself depends on its binary alone: DetectRunnerCached keeps DetectRunner's

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // runScriptJS runs the install scripts inside the base through the base npm's own

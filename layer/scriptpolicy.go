@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // scriptPolicyJS asks the runner's npm which packages' install scripts it would run (see the file).

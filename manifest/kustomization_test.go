@@ -19,12 +19,12 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/toa-deploy/toa-deploy/extension"
-	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/image"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/internal/push/extension"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/kustomize"
-	"github.com/toa-deploy/toa-deploy/toa"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata from what the code makes now")

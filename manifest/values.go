@@ -1,4 +1,6 @@
-// Package manifest makes the application's Kubernetes objects, the ones Toa 289's chart rendered
+// Package manifest makes the application's Kubernetes objects (a manifest in Kubernetes' own
+// words: objects written down to be applied, not Toa's manifest.toa.yaml, which internal/push/toa
+// reads), the ones Toa 289's chart rendered
 // (reference §5), as typed k8s.io/api values instead of text templates. It works in two steps, as
 // Toa did: Describe turns the application and its images into Values, one Workload per
 // Deployment with its variables, mounts, probe and resources settled (Toa's describe()); Objects
@@ -13,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/toa"
+	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // Values are what Toa's chart was rendered from (reference §5.2), settled: every default taken,

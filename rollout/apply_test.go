@@ -14,8 +14,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/toa-deploy/toa-deploy/cluster/clustertest"
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 func object(apiVersion, kind, name string, labels map[string]any) *unstructured.Unstructured {

@@ -9,8 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	kube "github.com/toa-deploy/toa-deploy/cluster"
-	"github.com/toa-deploy/toa-deploy/fault"
+	kube "github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // client is the run's cluster.Client as apply, prune, delete and wait use it: the dynamic

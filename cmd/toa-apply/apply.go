@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/toa-deploy/toa-deploy/cluster"
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/apply/release"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/kustomize"
-	"github.com/toa-deploy/toa-deploy/release"
 )
 
 // version is toa-apply's, written into the ApplySet's tooling annotation; -ldflags "-X

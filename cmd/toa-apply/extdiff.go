@@ -11,8 +11,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/diff"
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/apply/diff"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // externalDiffEnv names the program --diff runs instead of printing its own diff, as kubectl

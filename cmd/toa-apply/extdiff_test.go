@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/diff"
+	"github.com/toa-deploy/toa-deploy/internal/apply/diff"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )

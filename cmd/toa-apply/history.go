@@ -14,9 +14,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/toa-deploy/toa-deploy/diff"
+	"github.com/toa-deploy/toa-deploy/internal/apply/diff"
+	"github.com/toa-deploy/toa-deploy/internal/apply/release"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/release"
 )
 
 func (c *applyCommand) printJSON(w io.Writer, v any) {

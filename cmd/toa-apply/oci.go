@@ -10,10 +10,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toa-deploy/toa-deploy/artifact"
-	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/registry"
-	"github.com/toa-deploy/toa-deploy/sign"
+	"github.com/toa-deploy/toa-deploy/internal/artifact"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/internal/registry"
+	"github.com/toa-deploy/toa-deploy/internal/sign"
 )
 
 // ociFlags read a kustomization from a registry: toa-apply oci://REF[@DIGEST].

@@ -22,7 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/toa-deploy/toa-deploy/artifact"
+	"github.com/toa-deploy/toa-deploy/internal/artifact"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 

@@ -18,10 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/toa-deploy/toa-deploy/internal/apply/revision"
+	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/revision"
-	"github.com/toa-deploy/toa-deploy/status"
 )
 
 // withoutService is a kustomization like kustomization's, without its Service.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
 )
 
 // cosignKeyPair is a key pair `cosign generate-key-pair` makes: the private key encrypted with the

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/toa-deploy/toa-deploy/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // pruneCache is --prune-cache: the caches pruned to TOA_CACHE_MAX now, what went printed.

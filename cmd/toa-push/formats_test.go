@@ -11,15 +11,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
 )
 
 // TestBaseFormats pushes the application on a base of every shape users have
 // (internal/harness/shapes.go): an OCI index of OCI manifests, an OCI index of Docker v2
 // manifests, a Docker manifest list, a single OCI and a single Docker manifest, a buildx index
 // with attestations, a musl base, and a musl base of zstd layers. Whatever the base, every image
-// is OCI (image/format.go), read by skopeo platform by platform (push reads every image it
+// is OCI (internal/push/image/format.go), read by skopeo platform by platform (push reads every image it
 // pushes), copied by skopeo and unpacked by umoci; the base's layers are in it as the base has
 // them; the libc is found in the base's layers, zstd ones too. On the Docker manifest list, the
 // other outputs as well: --mono, --oci-layout and --from-oci-layout, --mirror, and extension

@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 
-	"github.com/toa-deploy/toa-deploy/image"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
 )
 
 // What npm's registry says of ms's two versions: the integrity the lockfiles of

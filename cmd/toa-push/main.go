@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/sandbox"
+	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
 )
 
 func main() {

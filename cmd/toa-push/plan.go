@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/toa-deploy/toa-deploy/pipeline"
+	"github.com/toa-deploy/toa-deploy/internal/push/pipeline"
 )
 
 // planJSON is the plan as programs read it (`-o json`).

@@ -13,7 +13,7 @@ import (
 )
 
 // Every image a test pushes is read back by skopeo (containers/image, which podman, buildah and
-// CRI-O pull with), platform by platform, and must be OCI throughout (image/format.go): the
+// CRI-O pull with), platform by platform, and must be OCI throughout (internal/push/image/format.go): the
 // images of the output and their dependencies images in a registry, or every index of an OCI
 // layout. push calls readPushed on what it pushed; the tests that time a push (the air gap's)
 // call it after the push's timing.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/toa-deploy/toa-deploy/image"
-	"github.com/toa-deploy/toa-deploy/pipeline"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/pipeline"
 )
 
 type pushedJSON struct {

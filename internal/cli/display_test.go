@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 func TestPlainDisplayWritesALinePerChange(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // Parse reads args into cmd, a kong command struct. Help is printed to stdout and ends the

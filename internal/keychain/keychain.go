@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 
-	"github.com/toa-deploy/toa-deploy/fault"
-	"github.com/toa-deploy/toa-deploy/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fsys"
 )
 
 // MaxConfigSize is the largest credentials file read: a Docker config holds credentials and

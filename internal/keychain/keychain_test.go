@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/toa-deploy/toa-deploy/fault"
+	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 
 // The file checked is the one go-containerregistry's keychain reads, in its order, and a

@@ -1,0 +1,312 @@
+package image
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/registry"
+	"github.com/toa-deploy/toa-deploy/layer"
+)
+
+// distinctBlobs walks every tag of the registry's repositories and returns the size of each
+// distinct blob (configs and layers) their images hold.
+func distinctBlobs(t *testing.T, addr string) map[string]int64 {
+	t.Helper()
+	reg, err := name.NewRegistry(addr, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos, err := remote.Catalog(context.Background(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, repo := range repos {
+		tags, err := remote.List(reg.Repo(repo))
+		if err != nil {
+			continue // blobs only
+		}
+		for _, tag := range tags {
+			idx, err := remote.Index(reg.Repo(repo).Tag(tag))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, _ := idx.IndexManifest()
+			for _, d := range m.Manifests {
+				img, err := idx.Image(d.Digest)
+				if err != nil {
+					t.Fatal(err)
+				}
+				im, _ := img.Manifest()
+				for _, b := range append([]v1.Descriptor{im.Config}, im.Layers...) {
+					out[b.Digest.String()] = b.Size
+				}
+			}
+		}
+	}
+	return out
+}
+
+// uploads returns the digests of the completed blob uploads and the bytes of each.
+func uploads(rec *harness.Recorder) (count map[string]int, bytes int64) {
+	count = map[string]int{}
+	for _, r := range rec.BlobUploads() {
+		q, _ := url.ParseQuery(r.Query)
+		if r.Status == http.StatusCreated {
+			count[q.Get("digest")]++
+			bytes += r.Bytes
+		}
+	}
+	return count, bytes
+}
+
+func pings(rec *harness.Recorder) int {
+	return len(rec.Filter(func(r harness.Request) bool { return r.Method == http.MethodGet && r.Path == "/v2/" }))
+}
+
+// The first push of an application of two compositions whose base is on another registry sends
+// each distinct blob once: the base's layers go to the first composition's repository, and the
+// second mounts them from there. Each registry is pinged once, and no blob the run already knows
+// is asked for with a HEAD.
+func TestFirstPushSendsEachBlobOnce(t *testing.T) {
+	baseAddr, baseRec := harness.RegistryWithLog(t)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
+	addr, rec := harness.RegistryWithLog(t)
+	dir := twoCompositions(t, addr, baseRef)
+	baseRec.Reset()
+
+	reg, err := registry.NewRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
+		t.Fatal(err)
+	}
+	rec, basePings := rec.Snapshot(), pings(baseRec)
+	if err := harness.Complete(context.Background(), addr); err != nil {
+		t.Fatal(err)
+	}
+	distinct := distinctBlobs(t, addr)
+	var want int64
+	for _, size := range distinct {
+		want += size
+	}
+	count, sent := uploads(rec)
+	t.Logf("sent %d bytes in %d uploads and %d mounts, %d requests; the distinct blobs are %d bytes in %d blobs",
+		sent, len(rec.BlobUploads()), len(rec.Mounts()), len(rec.Requests()), want, len(distinct))
+	for d, n := range count {
+		if n > 1 {
+			t.Errorf("%s uploaded %d times", d, n)
+		}
+	}
+	if sent != want {
+		t.Errorf("sent %d bytes of blobs, the distinct blobs are %d bytes", sent, want)
+	}
+	mounted := 0
+	for _, m := range rec.Mounts() {
+		if m.Status == http.StatusCreated {
+			mounted++
+		}
+	}
+	if mounted == 0 {
+		t.Errorf("nothing was mounted: %+v", rec.Mounts())
+	}
+	if p := pings(rec); p != 1 {
+		t.Errorf("%d pings of the target registry, want 1", p)
+	}
+	if p := basePings; p != 1 {
+		t.Errorf("%d pings of the base's registry, want 1", p)
+	}
+	heads := map[string]int{}
+	for _, r := range rec.Heads() {
+		if strings.Contains(r.Path, "/blobs/") {
+			heads[r.Path[strings.LastIndex(r.Path, "/")+1:]]++
+		}
+	}
+	for d, n := range heads {
+		if n > 1 {
+			t.Errorf("the blob %s was asked for %d times", d, n)
+		}
+		if _, ok := distinct[d]; !ok {
+			t.Errorf("a HEAD of %s, which no image holds", d)
+		}
+	}
+	// what was mounted was not asked for first: the run knew where it was
+	for _, m := range rec.Mounts() {
+		q, _ := url.ParseQuery(m.Query)
+		if heads[q.Get("mount")] > 0 && strings.Contains(m.Path, "composition-back") == strings.Contains(q.Get("from"), "composition-back") {
+			t.Errorf("the mounted blob %s was asked for with a HEAD too", q.Get("mount"))
+		}
+	}
+}
+
+// A later run that writes a new repository mounts the blobs an earlier run sent, from the
+// repository it sent them to: the push remembers which repository holds what.
+func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
+	baseAddr, _ := harness.RegistryWithLog(t)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
+	addr, rec := harness.RegistryWithLog(t)
+	dir := twoCompositions(t, addr, baseRef)
+	memory := t.TempDir()
+
+	reg, _ := registry.NewRegistries(registry.WithMemory(memory))
+	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
+		t.Fatal(err)
+	}
+	// a third composition: a repository no run has written
+	ctxFile := filepath.Join(dir, "context.toa.yaml")
+	data, _ := os.ReadFile(ctxFile)
+	os.WriteFile(ctxFile, []byte(string(data)+"  - name: extra\n    components: [shop.orders]\n"), 0o644)
+	rec.Reset()
+	reg, _ = registry.NewRegistries(registry.WithMemory(memory))
+	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
+		t.Fatal(err)
+	}
+	count, sent := uploads(rec)
+	t.Logf("the new composition: %d bytes sent in %d uploads, %d mounts", sent, len(count), len(rec.Mounts()))
+	base := distinctBaseLayers(t, baseRef)
+	for d := range count {
+		if base[d] {
+			t.Errorf("the base's layer %s was sent again", d)
+		}
+	}
+	mounted := 0
+	for _, m := range rec.Mounts() {
+		q, _ := url.ParseQuery(m.Query)
+		if m.Status == http.StatusCreated && base[q.Get("mount")] {
+			mounted++
+		}
+	}
+	if mounted == 0 {
+		t.Errorf("no layer of the base was mounted: %+v", rec.Mounts())
+	}
+}
+
+func distinctBaseLayers(t *testing.T, ref string) map[string]bool {
+	t.Helper()
+	r, _ := name.ParseReference(ref, name.Insecure)
+	idx, err := remote.Index(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := idx.IndexManifest()
+	out := map[string]bool{}
+	for _, d := range m.Manifests {
+		img, _ := idx.Image(d.Digest)
+		ls, _ := img.Layers()
+		for _, l := range ls {
+			h, _ := l.Digest()
+			out[h.String()] = true
+		}
+	}
+	return out
+}
+
+// A registry that answers mounts with an upload is asked for a mount once; every other blob is
+// sent without asking, and the push completes.
+func TestRegistryThatDoesNotMount(t *testing.T) {
+	baseAddr, _ := harness.RegistryWithLog(t)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
+	target := harness.FaultyRegistry(t)
+	target.Inject(harness.Fault{Match: harness.Mount, Kind: harness.NoMount})
+	dir := twoCompositions(t, target.Addr, baseRef)
+	var notices []string
+	reg, _ := registry.NewRegistries(registry.WithNotify(func(s string) { notices = append(notices, s) }))
+	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(target.Mounts()); n != 1 {
+		t.Errorf("%d mount requests, want 1", n)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "does not mount blobs") {
+		t.Errorf("notices: %q", notices)
+	}
+	if err := harness.Complete(context.Background(), target.Addr); err != nil {
+		t.Error(err)
+	}
+}
+
+// --from-oci-layout sends each distinct blob once too: the dependencies images go first, and
+// their base layers are mounted into the other repositories.
+func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
+	baseAddr, _ := harness.RegistryWithLog(t)
+	baseRef := harness.PushLayeredBase(t, baseAddr)
+	addr, rec := harness.RegistryWithLog(t)
+	dir := twoCompositions(t, addr, baseRef)
+	layoutDir := filepath.Join(t.TempDir(), "layout")
+	l, err := OpenLayout(layoutDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pushTo(t, dir, baseRef, l); err != nil {
+		t.Fatal(err)
+	}
+	rec.Reset()
+	reg, _ := registry.NewRegistries()
+	read, err := ReadLayout(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PushLayout(context.Background(), read, PushOptions{Registries: reg}); err != nil {
+		t.Fatal(err)
+	}
+	rec = rec.Snapshot()
+	distinct := distinctBlobs(t, addr)
+	var want int64
+	for _, size := range distinct {
+		want += size
+	}
+	count, sent := uploads(rec)
+	t.Logf("from the layout: %d bytes sent in %d uploads and %d mounts; the distinct blobs are %d bytes", sent, len(count), len(rec.Mounts()), want)
+	for d, n := range count {
+		if n > 1 {
+			t.Errorf("%s uploaded %d times", d, n)
+		}
+	}
+	if sent != want {
+		t.Errorf("sent %d bytes of blobs, the distinct blobs are %d bytes", sent, want)
+	}
+	if p := pings(rec); p != 1 {
+		t.Errorf("%d pings, want 1", p)
+	}
+}
+
+// pushTo builds the application in dir and writes it to dest.
+func pushTo(t *testing.T, dir, base string, dest Destination) (*Result, error) {
+	t.Helper()
+	reg, err := registry.NewRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, plan := loadAndPlan(t, dir, base, reg)
+	return Push(context.Background(), app, plan, PushOptions{Registries: reg, Destination: dest, Layers: fakeLayers{}, CacheDir: t.TempDir()})
+}
+
+// loadAndPlan loads the application in dir and plans it on base.
+func loadAndPlan(t *testing.T, dir, base string, reg *registry.Registries) (*toa.Application, *Plan) {
+	t.Helper()
+	app, err := toa.Load(dir, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved := ResolveBase(context.Background(), reg, base)
+	if resolved.Err != nil {
+		t.Fatal(resolved.Err)
+	}
+	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: resolved}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app, plan
+}
