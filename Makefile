@@ -20,11 +20,11 @@ unit:
 	$(GO) test -short ./...
 
 # the loaders of the user's YAML fuzzed a few seconds each (their seeds and the corpus kept in
-# internal/push/toa/testdata/fuzz run in every go test); an input that fails is written there, to keep as a case
+# internal/app/toa/testdata/fuzz run in every go test); an input that fails is written there, to keep as a case
 FUZZTIME ?= 5s
 fuzz:
 	@for target in FuzzContext FuzzManifest; do \
-	  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./internal/push/toa/ || exit 1; \
+	  $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./internal/app/toa/ || exit 1; \
 	done
 
 vet:

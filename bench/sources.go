@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/layer"
 )
 

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // BaseWork is what the build of a platform will do inside its base, as it is known before

@@ -14,9 +14,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 var (

@@ -7,9 +7,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
 )
 
 // ErrGitPrepare is what the *fault.Input of a git dependency whose prepare script must run wraps.

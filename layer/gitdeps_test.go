@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // A git dependency with a prepare script is refused, named, and its prepare (and postinstall)

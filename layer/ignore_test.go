@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // The manifest's `ignore` leaves files and folders out of the sources; files that usually hold

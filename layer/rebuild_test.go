@@ -15,7 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 func TestMain(m *testing.M) {

@@ -16,10 +16,10 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // SplitLines sorts build.run lines: those that are npm's global installs and configuration

@@ -13,7 +13,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 func TestSplitLines(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // sandboxCommand completes c with what every run of other people's code in the base gets: the

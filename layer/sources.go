@@ -10,8 +10,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // Root is the folder of the image where the components are: /composition/<label>.

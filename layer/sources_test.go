@@ -12,8 +12,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // entry is a tar header, and the contents of a regular file.

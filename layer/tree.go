@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
 )
 
 // The incremental install of a changed lockfile. The last node_modules a component's install

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 
 	"github.com/toa-deploy/toa-deploy/internal/debianbase"
 )

@@ -3,8 +3,8 @@ package manifest
 import (
 	"slices"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/extension"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/extension"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // Service is an extension's service, as the chart's values describe it (reference §5.2): a

@@ -12,11 +12,11 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/extension"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/internal/push/extension"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // Toa's example contexts render as Toa 289 renders them. Toa's own (its integration context and

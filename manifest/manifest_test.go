@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // The chart's behaviour, point by point: reference §5.4.1, §5.4.4 and §5.6, and the 289 diff

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // claim copies the services and says which workloads run each, as Toa's Factory does: mono (the

@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 // Extension services as the 289 chart renders them (reference §3.3, §3.4, §4.2, §5.4, §5.5).

@@ -15,7 +15,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // Values are what Toa's chart was rendered from (reference §5.2), settled: every default taken,

@@ -14,7 +14,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/cluster/clustertest"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
 

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // 1. A first apply returns when every pod is Ready.

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // maxEvents is how many of a pod's Events a report keeps, the latest.

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/cluster/clustertest"
 )
 
 // A rollback (OnlyOwn) refuses, before it applies anything, a cluster-scoped object or one in

@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	kube "github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	kube "github.com/toa-deploy/toa-deploy/internal/cluster"
 )
 
 // TerminatingError is a namespace being deleted: nothing can be created in it, so nothing of an

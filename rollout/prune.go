@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	kube "github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	kube "github.com/toa-deploy/toa-deploy/internal/cluster"
 )
 
 // Workloads are deleted in the foreground: the API server keeps a pruned or deleted Deployment

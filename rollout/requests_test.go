@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	kube "github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	kube "github.com/toa-deploy/toa-deploy/internal/cluster"
 )
 
 // requests counts what a client asked of the API server, by "VERB resource", and the answers

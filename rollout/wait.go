@@ -24,9 +24,9 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 
-	kube "github.com/toa-deploy/toa-deploy/internal/apply/cluster"
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
+	kube "github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // The kinds of workloads whose informers the wait starts (status.Workload says which kinds are

@@ -18,8 +18,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // fakeRollout is a Deployment of the set at the state d leaves it, with its ReplicaSets and pods,

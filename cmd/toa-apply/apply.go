@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/apply/release"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/kustomize"
 )

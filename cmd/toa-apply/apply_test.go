@@ -16,11 +16,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 const kubeconfigYAML = `apiVersion: v1

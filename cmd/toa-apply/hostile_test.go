@@ -28,8 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/apply/revision"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // The workloads an overlay adds beside a Toa application's Deployment (kinds_test.go writes

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/toa-deploy/toa-deploy/internal/apply/revision"
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // withoutService is a kustomization like kustomization's, without its Service.

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/toa-deploy/toa-deploy/internal/cli"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 func main() {

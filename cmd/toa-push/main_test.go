@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/toa-deploy/toa-deploy/internal/containerseccomp"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -11,13 +11,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/cli"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
 	"github.com/toa-deploy/toa-deploy/internal/push/pipeline"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/internal/sign"
 	"github.com/toa-deploy/toa-deploy/layer"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // TestRefusedBeforeInstall: an application whose only work in a base is a dependency's install

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // TestBuildInBase pushes an application with a native addon, a postinstall and build.run lines

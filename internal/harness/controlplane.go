@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 )
 
 // ControlPlane is a test's view of the local control plane: the kubeconfig, its rest.Config,

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/cluster/clustertest"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 

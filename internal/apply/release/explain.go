@@ -9,10 +9,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // Explainer gives the errors of a run the words and fault classes of DESIGN.md's exit codes:

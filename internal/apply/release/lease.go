@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 

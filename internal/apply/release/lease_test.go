@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/cluster/clustertest"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 

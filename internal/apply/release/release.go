@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/toa-deploy/toa-deploy/internal/apply/revision"
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // Steps are the conductor's moves on the cluster: OnCluster's, or a test's fakes.

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/toa-deploy/toa-deploy/internal/apply/revision"
-	"github.com/toa-deploy/toa-deploy/internal/apply/status"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/rollout"
+	"github.com/toa-deploy/toa-deploy/rollout/status"
 )
 
 // fakeSteps play the cluster for the conductor: each move is written down, and the test says

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )
 

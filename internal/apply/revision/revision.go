@@ -30,7 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )

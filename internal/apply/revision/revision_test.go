@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster/clustertest"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster/clustertest"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/rollout"
 )

@@ -20,10 +20,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/internal/sign"
 	"github.com/toa-deploy/toa-deploy/layer"

@@ -12,7 +12,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 )
 
 // Package is one npm package installed into an image, as npm recorded it.

@@ -10,8 +10,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // entry is one tar entry of a test layer: a folder (name ends in /), a link or a file.

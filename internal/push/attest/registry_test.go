@@ -23,14 +23,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/internal/sign"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // copyApp copies testdata/app into a new folder, its images going to the registry at addr, its

@@ -14,11 +14,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/layer"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // PushOptions tune Push.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // An image's base is taken, and its absence told, in one place for every kind of image: the

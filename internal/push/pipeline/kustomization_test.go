@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/manifest"
 )
 

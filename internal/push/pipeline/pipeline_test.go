@@ -21,10 +21,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"sigs.k8s.io/yaml"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/layer"
 )
 

@@ -12,11 +12,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/kustomize/api/types"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/extension"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/extension"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/manifest"

@@ -21,8 +21,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 //go:embed node.js

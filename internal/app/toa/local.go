@@ -12,9 +12,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
 )
 
 // LocalPackage is a package a component installs from the disk rather than from a registry: a

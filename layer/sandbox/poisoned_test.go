@@ -19,7 +19,7 @@ import (
 
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
-	"github.com/toa-deploy/toa-deploy/internal/push/sandbox"
+	"github.com/toa-deploy/toa-deploy/layer/sandbox"
 )
 
 // gzipLayer is a gzip layer of these files (name → content).

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
 )
 
 // The cache of answers (WithCache): a run that asks what an earlier run asked, of the same

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
-	"github.com/toa-deploy/toa-deploy/internal/apply/cluster"
+	"github.com/toa-deploy/toa-deploy/internal/cluster"
 )
 
 // fakeMapper is a REST mapper of the kinds the hermetic tests use.

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 )
 
 // Declaration is what a package's deployment() returned (reference §4.1), read strictly:

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
-	"github.com/toa-deploy/toa-deploy/internal/push/toa"
 )
 
 func needNode(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
+	"github.com/toa-deploy/toa-deploy/internal/app/lockfile"
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
-	"github.com/toa-deploy/toa-deploy/internal/push/lockfile"
 )
 
 // Component is one component of the application: a folder with a manifest.toa.yaml.
