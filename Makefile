@@ -13,7 +13,7 @@ build:
 # vet and format first: they fail in seconds, the end-to-end tests take minutes
 # the control plane is stopped afterwards whatever the result; its binaries stay cached
 test: vet fuzz setup
-	$(GO) test -count=1 -timeout 25m ./...; status=$$?; bash testdata/controlplane/down.sh; exit $$status
+	$(GO) test -count=1 -timeout 28m ./...; status=$$?; bash testdata/controlplane/down.sh; exit $$status
 
 # the tests that need nothing but Go
 unit:
