@@ -164,15 +164,7 @@ func TestBuildInBaseRefusals(t *testing.T) {
 			!strings.Contains(stderr, "sudo apt-get install -y qemu-user-static binfmt-support") {
 			t.Errorf("exit %d:\n%s", code, stderr)
 		}
-		reg, err := name.NewRegistry(addr, name.Insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
-		repos, err := remote.Catalog(t.Context(), reg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range repos {
+		for _, r := range repositories(t, addr) {
 			if !strings.HasPrefix(r, "bases/") {
 				t.Errorf("the refused push wrote %s", r)
 			}
@@ -226,4 +218,18 @@ func layerDigests(t *testing.T, ref, platform string) []string {
 		digests = append(digests, d.String())
 	}
 	return digests
+}
+
+// repositories lists what the registry at addr holds (its catalog).
+func repositories(t *testing.T, addr string) []string {
+	t.Helper()
+	reg, err := name.NewRegistry(addr, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repos, err := remote.Catalog(t.Context(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repos
 }
