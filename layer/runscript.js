@@ -108,7 +108,14 @@ async function runPackage ({ location }) {
         }
       }
       const how = er.signal ? `signal ${er.signal}` : `exit status ${er.code}`
-      throw new Error(`${pkg._id} (${location}): its ${event} script failed: ${how}`)
+      // node-gyp's build needs tools the base may not have: say where they come from
+      const gyp = scripts[event] === defaultGypInstallScript || /node-gyp/.test(scripts[event])
+      const hint = gyp
+        ? '; node-gyp builds it with python3, make and a C++ compiler in the base: a build.run line installs them ' +
+          '(apk add python3 make g++ on Alpine, apt-get update && apt-get install -y python3 make g++ on Debian), ' +
+          'or registry.build.image names a base that has them'
+        : ''
+      throw new Error(`${pkg._id} (${location}): its ${event} script failed: ${how}${hint}`)
     }
     write(banner)
     for (const out of [result.stdout, result.stderr]) {
@@ -153,7 +160,10 @@ async function main () {
   await Promise.all(plan.packages.map((_, i) => start(i)))
 }
 
+// the failure on the stream the scripts' output went to, after that output (a pipe, which Node
+// writes at once on Linux): the last line of what toa-push shows; stdout and stderr are two
+// pipes, read apart, in no common order
 main().catch(er => {
-  process.stderr.write(`toa-push: ${er.message}\n`)
+  process.stdout.write(`toa-push: ${er.message}\n`)
   process.exit(1)
 })

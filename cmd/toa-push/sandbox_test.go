@@ -101,18 +101,7 @@ func TestBuildInBase(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(rootfs, "etc", "debian_version")); err == nil {
 				t.Error("/etc/debian_version, which build.run removed, is in the image")
 			}
-			// the image's own node loads the addon, inside the image's root
-			upper := filepath.Join(t.TempDir(), "upper")
-			os.Mkdir(upper, 0o755)
-			var out bytes.Buffer
-			start := time.Now()
-			err = sandbox.Run(t.Context(), sandbox.Command{Root: rootfs, Upper: upper, Platform: c.platform,
-				Args: []string{"node", "-e", "require('toa-test-native'); console.log(process.arch, 'loaded')"},
-				Env:  []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Dir: "/composition/native-addon", Stdout: &out, Stderr: &out})
-			t.Logf("node -e require in the image: %s, %s", time.Since(start), strings.TrimSpace(out.String()))
-			if err != nil || !strings.Contains(out.String(), "loaded") {
-				t.Errorf("node -e require: %v\n%s", err, out.String())
-			}
+			addonLoads(t, rootfs, c.platform)
 		})
 	}
 	// the postinstall of the `file:` package ran on a copy: the user's checkout is as it was
@@ -232,4 +221,123 @@ func repositories(t *testing.T, addr string) []string {
 		t.Fatal(err)
 	}
 	return repos
+}
+
+// addonLoads: the image's own node loads the native addon, inside the image's root (rootfs,
+// unpacked), for its platform (foreign CPUs under QEMU).
+func addonLoads(t *testing.T, rootfs, platform string) {
+	t.Helper()
+	upper := filepath.Join(t.TempDir(), "upper")
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	start := time.Now()
+	err := sandbox.Run(t.Context(), sandbox.Command{Root: rootfs, Upper: upper, Platform: platform,
+		Args: []string{"node", "-e", "require('toa-test-native'); console.log(process.arch, 'loaded')"},
+		Env:  []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, Dir: "/composition/native-addon", Stdout: &out, Stderr: &out})
+	t.Logf("node -e require in the image: %s, %s", time.Since(start), strings.TrimSpace(out.String()))
+	if err != nil || !strings.Contains(out.String(), "loaded") {
+		t.Errorf("node -e require: %v\n%s", err, out.String())
+	}
+}
+
+// compilerLines are build.run lines that install Debian's compiler packages the test serves
+// (harness.ServeCompilerPackages, its address in TOA_TEST_PACKAGES, a build argument), as a
+// user's `apt-get install g++ make` or 289's `apk add g++ make` would: fetched with the base's
+// own node, unpacked into the base's root.
+const compilerLines = `    arguments: [TOA_TEST_PACKAGES]
+    run: |
+      for p in cpp-12 gcc-12 g++-12 make; do node -e "fetch(process.argv[1]).then(async r => { if (!r.ok) throw new Error(r.url + ': ' + r.status); process.stdout.write(Buffer.from(await r.arrayBuffer())) })" "$TOA_TEST_PACKAGES/$(uname -m)/$p.tar" > /tmp/package.tar && tar -xf /tmp/package.tar -C / || exit 1; done
+      rm /tmp/package.tar
+`
+
+// TestRunLineInstallsTheCompiler: on a base with node and npm but no compiler (as Toa's default
+// Alpine base is), the native addon's install fails, naming the package, and nothing is pushed;
+// with build.run lines that install Debian's gcc, g++, cpp and make packages (served by the test
+// on loopback), node-gyp builds the addon with that compiler inside the base, on amd64 and on
+// arm64 under QEMU, and the image's node loads it: Toa 289's `RUN apk add g++ make` before
+// `npm i` (issue 40).
+func TestRunLineInstallsTheCompiler(t *testing.T) {
+	addr := harness.Registry(t)
+	harness.PushDebianBaseWithoutCompiler(t, addr)
+	t.Setenv("TOA_TEST_PACKAGES", harness.ServeCompilerPackages(t))
+	onBaseWithoutCompiler := func(t *testing.T) string {
+		dir := copyApp(t, "native", addr)
+		ctx := filepath.Join(dir, "context.toa.yaml")
+		replaceIn(t, ctx, harness.DebianBaseRef, harness.DebianNoCompilerRef)
+		return dir
+	}
+
+	t.Run("without the lines", func(t *testing.T) {
+		dir := onBaseWithoutCompiler(t)
+		replaceIn(t, filepath.Join(dir, "context.toa.yaml"), "platforms: [linux/amd64, linux/arm64]", "platforms: [linux/amd64]")
+		t.Setenv("TOA_CACHE", t.TempDir())
+		start := time.Now()
+		code, _, stderr := run(t, dir, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"))
+		t.Logf("exit %d in %s:\n%s", code, time.Since(start), withoutTool(stderr))
+		if code != 1 {
+			t.Fatalf("toa-push exited %d, want 1:\n%s", code, stderr)
+		}
+		for _, words := range []string{"toa-test-native@1.0.0 (node_modules/toa-test-native): its install script failed", "a build.run line installs them"} {
+			if !strings.Contains(stderr, words) {
+				t.Errorf("the error does not say %q:\n%s", words, stderr)
+			}
+		}
+		if repos := repositories(t, addr); slices.ContainsFunc(repos, func(r string) bool { return !strings.HasPrefix(r, "bases/") }) {
+			t.Errorf("a failed push wrote to the registry: %v", repos)
+		}
+	})
+
+	t.Run("with the lines", func(t *testing.T) {
+		dir := onBaseWithoutCompiler(t)
+		ctx := filepath.Join(dir, "context.toa.yaml")
+		replaceIn(t, ctx, "    run: |\n", compilerLines)
+		start := time.Now()
+		pushed := pushUnread(t, dir, t.TempDir())
+		t.Logf("pushed in %s", time.Since(start))
+		ref := pushed.out.Images[0].Reference
+		for _, c := range []struct {
+			platform, triplet string
+			machine           elf.Machine
+		}{
+			{"linux/amd64", "x86_64-linux-gnu", elf.EM_X86_64},
+			{"linux/arm64", "aarch64-linux-gnu", elf.EM_AARCH64},
+		} {
+			t.Run(c.platform, func(t *testing.T) {
+				rootfs, _ := harness.Unpacked(t, ref, c.platform)
+				addon := filepath.Join(rootfs, "composition", "native-addon", "node_modules", "toa-test-native", "build", "Release", "addon.node")
+				f, err := elf.Open(addon)
+				if err != nil {
+					t.Fatalf("the addon: %v", err)
+				}
+				f.Close()
+				if f.Machine != c.machine {
+					t.Errorf("addon.node is for %s, want %s", f.Machine, c.machine)
+				}
+				// the lines' layer is the image's, as 289's RUN layers were
+				if _, err := os.Stat(filepath.Join(rootfs, "usr", "lib", "gcc", c.triplet, "12", "cc1plus")); err != nil {
+					t.Errorf("the compiler the lines installed is not in the image: %v", err)
+				}
+				addonLoads(t, rootfs, c.platform)
+			})
+		}
+	})
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// withoutTool is s without the lines of node-gyp and npm, for the log.
+func withoutTool(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "gyp ERR!") && !strings.Contains(l, "gyp info") && !strings.Contains(l, "npm error") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -30,6 +30,13 @@ const DebianNodeVersion = debianbase.NodeVersion
 // what to run, where they have not been made (testdata/qemu/install.sh, which setup.sh runs).
 func PushDebianBase(t testing.TB, addr string) string {
 	t.Helper()
+	return pushDebian(t, addr+"/"+DebianBaseRef, nil)
+}
+
+// pushDebian pushes the Debian bases as ref, each with the layers on top that more makes for its
+// architecture (none where more is nil).
+func pushDebian(t testing.TB, ref string, more func(arch string) []v1.Layer) string {
+	t.Helper()
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range []string{"amd64", "arm64"} {
 		file := debianbase.File(arch)
@@ -49,6 +56,13 @@ func PushDebianBase(t testing.TB, addr string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if more != nil {
+			for _, l := range more(arch) {
+				if img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 		cfg, err := img.ConfigFile()
 		if err != nil {
@@ -67,7 +81,6 @@ func PushDebianBase(t testing.TB, addr string) string {
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &p}})
 	}
-	ref := addr + "/" + DebianBaseRef
 	if err := remote.WriteIndex(baseRef(t, ref), idx, remote.WithContext(t.Context())); err != nil {
 		t.Fatalf("push the Debian bases %s: %v", ref, err)
 	}
