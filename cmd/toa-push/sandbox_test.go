@@ -19,18 +19,21 @@ import (
 )
 
 // TestBuildInBase pushes an application with a native addon, a postinstall and build.run lines
-// on the Debian bases (Node 18; arm64 under QEMU): in each platform's image the addon is an ELF of
-// that CPU that the image's own node loads, the postinstall's marker is there, and build.run made
-// one layer with its file and the whiteout of the file it removed. Each base's layer is read
-// twice: unpacked, which says its libc too (no look through its layers before), and by the
-// SBOM's catalogue.
+// on the Debian bases without their compiler (Node 18; arm64 under QEMU), whose first lines
+// install Debian's compiler packages, served on loopback, as Toa 289's `RUN apk add g++ make`
+// did: in each platform's image the addon is an ELF of that CPU, built by that compiler, which
+// the image's own node loads; the postinstall's marker is there, and the lines' layer holds the
+// compiler, the file a line made and the whiteout of the file a line removed. Each base's layer
+// is read twice: unpacked, which says its libc too (no look through its layers before), and by
+// the SBOM's catalogue. A second push from nothing gives the same layers.
 func TestBuildInBase(t *testing.T) {
 	addr, rec := harness.RegistryWithLog(t)
-	harness.PushDebianBase(t, addr)
+	harness.PushDebianBaseWithoutCompiler(t, addr)
 	other := harness.Registry(t) // for a second push from nothing
-	harness.PushDebianBase(t, other)
+	harness.PushDebianBaseWithoutCompiler(t, other)
+	t.Setenv("TOA_TEST_PACKAGES", harness.ServeCompilerPackages(t))
 	rec.Reset()
-	dir := copyApp(t, "native", addr)
+	dir := nativeWithoutCompiler(t, addr, compilerLines)
 	checkout := tree(t, dir)
 	// TOA_SIGN_KEY would make toa-push sign; the layer package's test covers it
 	t.Setenv("COSIGN_PASSWORD", "secret-password")
@@ -69,9 +72,10 @@ func TestBuildInBase(t *testing.T) {
 		platform string
 		machine  elf.Machine
 		node     string
+		triplet  string
 	}{
-		{"linux/amd64", elf.EM_X86_64, "linux/x64 v18."},
-		{"linux/arm64", elf.EM_AARCH64, "linux/arm64 v18."},
+		{"linux/amd64", elf.EM_X86_64, "linux/x64 v18.", "x86_64-linux-gnu"},
+		{"linux/arm64", elf.EM_AARCH64, "linux/arm64 v18.", "aarch64-linux-gnu"},
 	} {
 		t.Run(c.platform, func(t *testing.T) {
 			rootfs, _ := harness.Unpacked(t, ref, c.platform)
@@ -101,6 +105,11 @@ func TestBuildInBase(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(rootfs, "etc", "debian_version")); err == nil {
 				t.Error("/etc/debian_version, which build.run removed, is in the image")
 			}
+			// the compiler the lines installed, which node-gyp used: the lines' layer is the
+			// image's, as 289's RUN layers were
+			if _, err := os.Stat(filepath.Join(rootfs, "usr", "lib", "gcc", c.triplet, "12", "cc1plus")); err != nil {
+				t.Errorf("the compiler the lines installed is not in the image: %v", err)
+			}
 			addonLoads(t, rootfs, c.platform)
 		})
 	}
@@ -110,7 +119,7 @@ func TestBuildInBase(t *testing.T) {
 	}
 	// the same application pushed again from nothing (another registry, another cache) gives the
 	// same layers: the scripts' and the lines' work is reproducible
-	otherDir := copyApp(t, "native", other)
+	otherDir := nativeWithoutCompiler(t, other, compilerLines)
 	second := pushUnread(t, otherDir, t.TempDir())
 	for _, platform := range []string{"linux/amd64", "linux/arm64"} {
 		a, b := layerDigests(t, ref, platform), layerDigests(t, second.out.Images[0].Reference, platform)
@@ -252,83 +261,43 @@ const compilerLines = `    arguments: [TOA_TEST_PACKAGES]
       rm /tmp/package.tar
 `
 
-// TestRunLineInstallsTheCompiler: on a base with node and npm but no compiler (as Toa's default
-// Alpine base is), the native addon's install fails, naming the package, and nothing is pushed;
-// with build.run lines that install Debian's gcc, g++, cpp and make packages (served by the test
-// on loopback), node-gyp builds the addon with that compiler inside the base, on amd64 and on
-// arm64 under QEMU, and the image's node loads it: Toa 289's `RUN apk add g++ make` before
-// `npm i` (issue 40).
-func TestRunLineInstallsTheCompiler(t *testing.T) {
-	addr := harness.Registry(t)
-	harness.PushDebianBaseWithoutCompiler(t, addr)
-	t.Setenv("TOA_TEST_PACKAGES", harness.ServeCompilerPackages(t))
-	onBaseWithoutCompiler := func(t *testing.T) string {
-		dir := copyApp(t, "native", addr)
-		ctx := filepath.Join(dir, "context.toa.yaml")
-		replaceIn(t, ctx, harness.DebianBaseRef, harness.DebianNoCompilerRef)
-		return dir
+// nativeWithoutCompiler is testdata/apps/native for the registry at addr, on the Debian bases
+// without their compiler (harness.PushDebianBaseWithoutCompiler), lines before its build.run lines.
+func nativeWithoutCompiler(t *testing.T, addr, lines string) string {
+	t.Helper()
+	dir := copyApp(t, "native", addr)
+	ctx := filepath.Join(dir, "context.toa.yaml")
+	replaceIn(t, ctx, harness.DebianBaseRef, harness.DebianNoCompilerRef)
+	if lines != "" {
+		replaceIn(t, ctx, "    run: |\n", lines)
 	}
-
-	t.Run("without the lines", func(t *testing.T) {
-		dir := onBaseWithoutCompiler(t)
-		replaceIn(t, filepath.Join(dir, "context.toa.yaml"), "platforms: [linux/amd64, linux/arm64]", "platforms: [linux/amd64]")
-		t.Setenv("TOA_CACHE", t.TempDir())
-		start := time.Now()
-		code, _, stderr := run(t, dir, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"))
-		t.Logf("exit %d in %s:\n%s", code, time.Since(start), withoutTool(stderr))
-		if code != 1 {
-			t.Fatalf("toa-push exited %d, want 1:\n%s", code, stderr)
-		}
-		for _, words := range []string{"toa-test-native@1.0.0 (node_modules/toa-test-native): its install script failed", "a build.run line installs them"} {
-			if !strings.Contains(stderr, words) {
-				t.Errorf("the error does not say %q:\n%s", words, stderr)
-			}
-		}
-		if repos := repositories(t, addr); slices.ContainsFunc(repos, func(r string) bool { return !strings.HasPrefix(r, "bases/") }) {
-			t.Errorf("a failed push wrote to the registry: %v", repos)
-		}
-	})
-
-	t.Run("with the lines", func(t *testing.T) {
-		dir := onBaseWithoutCompiler(t)
-		ctx := filepath.Join(dir, "context.toa.yaml")
-		replaceIn(t, ctx, "    run: |\n", compilerLines)
-		start := time.Now()
-		pushed := pushUnread(t, dir, t.TempDir())
-		t.Logf("pushed in %s", time.Since(start))
-		ref := pushed.out.Images[0].Reference
-		for _, c := range []struct {
-			platform, triplet string
-			machine           elf.Machine
-		}{
-			{"linux/amd64", "x86_64-linux-gnu", elf.EM_X86_64},
-			{"linux/arm64", "aarch64-linux-gnu", elf.EM_AARCH64},
-		} {
-			t.Run(c.platform, func(t *testing.T) {
-				rootfs, _ := harness.Unpacked(t, ref, c.platform)
-				addon := filepath.Join(rootfs, "composition", "native-addon", "node_modules", "toa-test-native", "build", "Release", "addon.node")
-				f, err := elf.Open(addon)
-				if err != nil {
-					t.Fatalf("the addon: %v", err)
-				}
-				f.Close()
-				if f.Machine != c.machine {
-					t.Errorf("addon.node is for %s, want %s", f.Machine, c.machine)
-				}
-				// the lines' layer is the image's, as 289's RUN layers were
-				if _, err := os.Stat(filepath.Join(rootfs, "usr", "lib", "gcc", c.triplet, "12", "cc1plus")); err != nil {
-					t.Errorf("the compiler the lines installed is not in the image: %v", err)
-				}
-				addonLoads(t, rootfs, c.platform)
-			})
-		}
-	})
+	return dir
 }
 
-// lastLines is the last n lines of s.
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+// TestAddonWithoutCompiler: on a base with node and npm but no compiler (as Toa's default Alpine
+// base is), and no build.run line that installs one, the native addon's install fails: exit 1,
+// naming the package and where the tools come from, nothing pushed. TestBuildInBase installs the
+// compiler with build.run lines on the same base.
+func TestAddonWithoutCompiler(t *testing.T) {
+	addr := harness.Registry(t)
+	harness.PushDebianBaseWithoutCompiler(t, addr)
+	dir := nativeWithoutCompiler(t, addr, "")
+	replaceIn(t, filepath.Join(dir, "context.toa.yaml"), "platforms: [linux/amd64, linux/arm64]", "platforms: [linux/amd64]")
+	t.Setenv("TOA_CACHE", t.TempDir())
+	start := time.Now()
+	code, _, stderr := run(t, dir, "-o", "json", "--path", dir, "-k", filepath.Join(dir, "deployment"))
+	t.Logf("exit %d in %s:\n%s", code, time.Since(start), withoutTool(stderr))
+	if code != 1 {
+		t.Fatalf("toa-push exited %d, want 1:\n%s", code, stderr)
+	}
+	for _, words := range []string{"toa-test-native@1.0.0 (node_modules/toa-test-native): its install script failed", "a build.run line installs them"} {
+		if !strings.Contains(stderr, words) {
+			t.Errorf("the error does not say %q:\n%s", words, stderr)
+		}
+	}
+	if repos := repositories(t, addr); slices.ContainsFunc(repos, func(r string) bool { return !strings.HasPrefix(r, "bases/") }) {
+		t.Errorf("a failed push wrote to the registry: %v", repos)
+	}
 }
 
 // withoutTool is s without the lines of node-gyp and npm, for the log.
