@@ -14,7 +14,17 @@ set -euo pipefail
 arch=${1:?usage: build.sh amd64|arm64}
 cache="${TOA_CACHE:-$HOME/.cache/toa-deploy}/bases"
 out="$cache/debian-$arch.tar"
-if [ -s "$out" ]; then
+apt="$cache/apt-$arch"
+# the compiler's own packages, kept as .debs beside the base: the tests remove the compiler from
+# the base and install these with build.run lines (internal/harness/toolchain.go)
+compiler=(cpp-12 gcc-12 g++-12 make)
+have_compiler_debs() {
+  local p
+  for p in "${compiler[@]}"; do
+    compgen -G "$apt/cache/archives/${p}_*_$arch.deb" >/dev/null || return 1
+  done
+}
+if [ -s "$out" ] && have_compiler_debs; then
   echo "$out"
   exit 0
 fi
@@ -22,13 +32,12 @@ say() { echo "bases: $*" >&2; }
 mkdir -p "$cache"
 exec 9>"$cache/.lock-$arch"
 flock 9
-if [ -s "$out" ]; then
+if [ -s "$out" ] && have_compiler_debs; then
   echo "$out"
   exit 0
 fi
 
 # apt with its own state, for ARCH alone
-apt="$cache/apt-$arch"
 mkdir -p "$apt/state/lists/partial" "$apt/cache/archives/partial" "$apt/etc/preferences.d" "$apt/etc/apt.conf.d"
 : >"$apt/state/status"
 cat >"$apt/apt.conf" <<CONF
@@ -45,6 +54,14 @@ Debug::NoLocking "true";
 APT::Sandbox::User "root";
 CONF
 export APT_CONFIG="$apt/apt.conf"
+if [ -s "$out" ]; then
+  # a base made before its compiler's .debs were kept (an older cache): fetch those alone
+  say "downloading ${compiler[*]} for $arch (the base is made)"
+  apt-get update -qq >/dev/null
+  (cd "$apt/cache/archives" && apt-get download -qq "${compiler[@]}" >/dev/null)
+  echo "$out"
+  exit 0
+fi
 packages=(base-files base-passwd dash bash coreutils sed grep findutils diffutils tar gzip
   libc-bin nodejs libnode-dev python3 make g++ gcc)
 say "apt-get update for $arch (private state in $apt)"
