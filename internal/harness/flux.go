@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
@@ -30,8 +31,9 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 func FluxControllers(t testing.TB, kubeconfig, namespace string) {
 	t.Helper()
 	source, kustomize := Tool(t, "source-controller"), Tool(t, "kustomize-controller")
+	var kinds []schema.GroupVersionResource
 	for _, tool := range []string{source, kustomize} {
-		ApplyCRDs(t, kubeconfig, tool+"-crds") // flux.sh links them beside the tool
+		kinds = append(kinds, ApplyCRDs(t, kubeconfig, tool+"-crds")...) // flux.sh links them beside the tool
 	}
 	storage, err := freeLoopbackAddr()
 	if err != nil {
@@ -46,11 +48,50 @@ func FluxControllers(t testing.TB, kubeconfig, namespace string) {
 	for _, addr := range []string{sourceHealth, kustomizeHealth} {
 		waitHealthy(t, addr)
 	}
+	// before the controllers stop (cleanups run last first): their objects deleted while they
+	// can still take their finalizers off, or the test's namespace stays Terminating for good
+	t.Cleanup(func() { deleteFluxObjects(t, kubeconfig, namespace, kinds) })
+}
+
+// deleteFluxObjects deletes every object of kinds in namespace and waits up to 30 s for them to
+// go; what is left then has its finalizers taken off, so that the namespace can go too.
+func deleteFluxObjects(t testing.TB, kubeconfig, namespace string, kinds []schema.GroupVersionResource) {
+	client := dynamicClient(t, kubeconfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	left := func() []schema.GroupVersionResource {
+		var out []schema.GroupVersionResource
+		for _, kind := range kinds {
+			list, err := client.Resource(kind).Namespace(namespace).List(ctx, metav1.ListOptions{})
+			if err == nil && len(list.Items) > 0 {
+				out = append(out, kind)
+			}
+		}
+		return out
+	}
+	for _, kind := range kinds {
+		_ = client.Resource(kind).Namespace(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	}
+	for len(left()) > 0 && ctx.Err() == nil {
+		time.Sleep(200 * time.Millisecond)
+	}
+	bg := context.Background()
+	for _, kind := range left() {
+		list, err := client.Resource(kind).Namespace(namespace).List(bg, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, obj := range list.Items {
+			patch := []byte(`{"metadata":{"finalizers":null}}`)
+			_, _ = client.Resource(kind).Namespace(namespace).Patch(bg, obj.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+	}
 }
 
 // ApplyCRDs applies every CRD in dir (one per file, as the controllers' config/crd/bases holds
-// them) with server-side apply and waits until each is established.
-func ApplyCRDs(t testing.TB, kubeconfig, dir string) {
+// them) with server-side apply, waits until each is established, and returns the resources they
+// serve (each at its storage version).
+func ApplyCRDs(t testing.TB, kubeconfig, dir string) []schema.GroupVersionResource {
 	t.Helper()
 	client := dynamicClient(t, kubeconfig)
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -59,6 +100,7 @@ func ApplyCRDs(t testing.TB, kubeconfig, dir string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	var served []schema.GroupVersionResource
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -78,7 +120,25 @@ func ApplyCRDs(t testing.TB, kubeconfig, dir string) {
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
+		if gvr, ok := storageResource(&obj); ok {
+			served = append(served, gvr)
+		}
 	}
+	return served
+}
+
+// storageResource is the resource a CRD serves at its storage version.
+func storageResource(crd *unstructured.Unstructured) (schema.GroupVersionResource, bool) {
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		if m, ok := v.(map[string]any); ok && m["storage"] == true {
+			name, _ := m["name"].(string)
+			return schema.GroupVersionResource{Group: group, Version: name, Resource: plural}, group != "" && plural != "" && name != ""
+		}
+	}
+	return schema.GroupVersionResource{}, false
 }
 
 func established(ctx context.Context, client dynamic.Interface, name string) bool {
