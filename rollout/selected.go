@@ -40,18 +40,9 @@ func selected[T metav1.Object](store cache.Indexer, sel labels.Selector) []T {
 		return nil
 	}
 	var candidates []any
-	indexed := false
-	if reqs, ok := sel.Requirements(); ok {
-		for _, r := range reqs {
-			op, values := r.Operator(), r.Values()
-			if (op == selection.Equals || op == selection.DoubleEquals || op == selection.In) && values.Len() == 1 {
-				candidates, _ = store.ByIndex(labelIndex, r.Key()+"="+values.UnsortedList()[0])
-				indexed = true
-				break
-			}
-		}
-	}
-	if !indexed {
+	if pair, ok := indexedPair(sel); ok {
+		candidates, _ = store.ByIndex(labelIndex, pair)
+	} else {
 		candidates = store.List()
 	}
 	var out []T
@@ -61,6 +52,23 @@ func selected[T metav1.Object](store cache.Indexer, sel labels.Selector) []T {
 		}
 	}
 	return out
+}
+
+// indexedPair is the label pair, "key=value", that every object sel matches carries: its first
+// requirement of one value by equality. selected reads the index by it, and the wait finds by it
+// which workloads a pod's or ReplicaSet's change concerns.
+func indexedPair(sel labels.Selector) (string, bool) {
+	reqs, ok := sel.Requirements()
+	if !ok {
+		return "", false
+	}
+	for _, r := range reqs {
+		op, values := r.Operator(), r.Values()
+		if (op == selection.Equals || op == selection.DoubleEquals || op == selection.In) && values.Len() == 1 {
+			return r.Key() + "=" + values.UnsortedList()[0], true
+		}
+	}
+	return "", false
 }
 
 // slim drops from an object what no verdict reads before the informer stores it: managed fields

@@ -4,8 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -65,5 +67,59 @@ func TestSlim(t *testing.T) {
 	}
 	if out, _ := slim(cache.DeletedFinalStateUnknown{Key: "ns/p"}); out.(cache.DeletedFinalStateUnknown).Key != "ns/p" {
 		t.Errorf("slim changed a tombstone: %v", out)
+	}
+}
+
+// TestMarked: a change marks the targets it concerns and no other, so that the wait checks a
+// thousand workloads' verdicts only where something moved.
+func TestMarked(t *testing.T) {
+	sel := func(s string) labels.Selector {
+		out, err := labels.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a := &target{ref: Ref{Group: "apps", Kind: "Deployment", Namespace: "ns", Name: "a"}, selector: sel("app=a")}
+	b := &target{ref: Ref{Group: "apps", Kind: "Deployment", Namespace: "ns", Name: "b"}, selector: sel("app=b,tier=web")}
+	c := &target{ref: Ref{Group: "apps", Kind: "Deployment", Namespace: "ns", Name: "c"}, selector: sel("app in (c1, c2)")}
+	other := &target{ref: Ref{Group: "apps", Kind: "Deployment", Namespace: "other", Name: "a"}, selector: sel("app=a")}
+	w := &watches{dirty: map[*target]bool{}, byName: map[string][]*target{}, byPair: map[string][]*target{}, unindexed: map[string][]*target{}}
+	for _, tg := range []*target{a, b, c, other} {
+		key := "apps/Deployment/" + tg.ref.Namespace + "/" + tg.ref.Name
+		w.byName[key] = append(w.byName[key], tg)
+		w.bySelector(tg)
+	}
+	podOf := func(ns string, l map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p", Labels: l}}
+	}
+	for _, tc := range []struct {
+		name string
+		key  string
+		obj  any
+		want []*target
+	}{
+		{"a's pod", "", podOf("ns", map[string]string{"app": "a", "pod-template-hash": "x"}), []*target{a}},
+		{"b's pod", "", podOf("ns", map[string]string{"app": "b", "tier": "web"}), []*target{b}},
+		{"a pod b's selector does not match", "", podOf("ns", map[string]string{"app": "b"}), nil},
+		{"c's pod, through the unindexed", "", podOf("ns", map[string]string{"app": "c2"}), []*target{c}},
+		{"a pod of another namespace", "", podOf("other", map[string]string{"app": "a"}), []*target{other}},
+		{"a pod of no workload", "", podOf("ns", map[string]string{"app": "z"}), nil},
+		{"a deleted pod, a tombstone", "", cache.DeletedFinalStateUnknown{Key: "ns/p", Obj: podOf("ns", map[string]string{"app": "a"})}, []*target{a}},
+		{"the Deployment itself", "apps/Deployment/ns", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}, []*target{b}},
+		{"a Deployment of no target", "apps/Deployment/ns", &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "z"}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w.marked(tc.key, tc.obj)
+			dirty := w.takeDirty()
+			if len(dirty) != len(tc.want) {
+				t.Fatalf("marked %d targets, want %d", len(dirty), len(tc.want))
+			}
+			for _, tg := range tc.want {
+				if !dirty[tg] {
+					t.Errorf("%s/%s not marked", tg.ref.Namespace, tg.ref.Name)
+				}
+			}
+		})
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -90,6 +92,7 @@ type target struct {
 	inNS     *inNamespace    // the pods and ReplicaSets of its namespace
 	last     Status
 	reported bool
+	recheck  time.Time // when to check again although nothing changes
 }
 
 // inNamespace are the stores of a namespace's pods and ReplicaSets, each watched once.
@@ -226,11 +229,64 @@ func explain(ctx context.Context, cs kubernetes.Interface, targets []*target, er
 	}
 }
 
-// watches are the informers of a wait: their stores, and a signal that any of them changed.
+// watches are the informers of a wait: their stores, and which targets their events since the
+// last check may have changed. The loop checks those alone: at a thousand Deployments, checking
+// every target at each of the rollout's tens of thousands of events kept a processor busy that
+// the API server and the controllers needed.
 type watches struct {
 	objects map[string]cache.Store // by group, kind and namespace
 	kick    chan struct{}
 	synced  []cache.InformerSynced
+
+	mu        sync.Mutex
+	dirty     map[*target]bool
+	byName    map[string][]*target // group/kind/namespace/name: the target that object is
+	byPair    map[string][]*target // namespace and label pair: the workloads whose selector requires it
+	unindexed map[string][]*target // namespace: the workloads whose selector has no such pair
+}
+
+// marked is what a change of obj may have changed: the target it is, by the key of its
+// informer (group/kind/namespace), or the workloads whose selector matches it (a pod, a
+// ReplicaSet) where key is empty.
+func (w *watches) marked(key string, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if key != "" {
+		for _, t := range w.byName[key+"/"+m.GetName()] {
+			w.dirty[t] = true
+		}
+		return
+	}
+	set := labels.Set(m.GetLabels())
+	mark := func(t *target) {
+		if t.selector.Matches(set) {
+			w.dirty[t] = true
+		}
+	}
+	for k, v := range set {
+		for _, t := range w.byPair[m.GetNamespace()+"/"+k+"="+v] {
+			mark(t)
+		}
+	}
+	for _, t := range w.unindexed[m.GetNamespace()] {
+		mark(t)
+	}
+}
+
+// takeDirty is the set of targets marked since it was last taken.
+func (w *watches) takeDirty() map[*target]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dirty := w.dirty
+	w.dirty = map[*target]bool{}
+	return dirty
 }
 
 // watchTargets starts the informers of a wait, which run until ctx ends: the set's objects of
@@ -238,16 +294,18 @@ type watches struct {
 // namespace's pods (and, for Deployments, its ReplicaSets), one informer each per namespace,
 // in which each workload finds its own by its selector.
 func watchTargets(ctx context.Context, c *client, res *Result, targets []*target) (*watches, error) {
-	w := &watches{objects: map[string]cache.Store{}, kick: make(chan struct{}, 1)}
+	w := &watches{objects: map[string]cache.Store{}, kick: make(chan struct{}, 1),
+		dirty: map[*target]bool{}, byName: map[string][]*target{}, byPair: map[string][]*target{}, unindexed: map[string][]*target{}}
 	partOf := LabelPartOf + "=" + res.Set.ID
 	for _, t := range targets {
 		key := t.ref.Group + "/" + t.ref.Kind + "/" + t.ref.Namespace
+		w.byName[key+"/"+t.ref.Name] = append(w.byName[key+"/"+t.ref.Name], t)
 		if w.objects[key] == nil {
 			inf, err := objectInformer(c, t.ref, partOf)
 			if err != nil {
 				return nil, err
 			}
-			if w.objects[key], err = w.start(ctx, inf); err != nil {
+			if w.objects[key], err = w.start(ctx, inf, key); err != nil {
 				return nil, err
 			}
 		}
@@ -268,6 +326,7 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 		if t.selector, err = selectorOf(applied, t); err != nil {
 			return nil, err
 		}
+		w.bySelector(t)
 		ns := namespaces[t.ref.Namespace]
 		if ns == nil {
 			ns = &inNamespace{}
@@ -286,6 +345,17 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 		t.inNS = ns
 	}
 	return w, nil
+}
+
+// bySelector files a workload under the label pair its selector requires, so that a pod's or
+// ReplicaSet's change finds it.
+func (w *watches) bySelector(t *target) {
+	ns := t.ref.Namespace
+	if pair, ok := indexedPair(t.selector); ok {
+		w.byPair[ns+"/"+pair] = append(w.byPair[ns+"/"+pair], t)
+		return
+	}
+	w.unindexed[ns] = append(w.unindexed[ns], t)
 }
 
 // objectInformer is the informer of the set's objects of ref's kind in its namespace: typed for
@@ -313,28 +383,31 @@ func objectInformer(c *client, ref Ref, labelSelector string) (cache.SharedIndex
 
 // startIndexed is start, for a store read through its indexes.
 func (w *watches) startIndexed(ctx context.Context, inf cache.SharedIndexInformer) (cache.Indexer, error) {
-	if _, err := w.start(ctx, inf); err != nil {
+	if _, err := w.start(ctx, inf, ""); err != nil {
 		return nil, err
 	}
 	return inf.GetIndexer(), nil
 }
 
-// start runs an informer whose every event kicks the loop, and returns its store; what no
-// verdict reads is dropped from each object first (slim).
-func (w *watches) start(ctx context.Context, inf cache.SharedIndexInformer) (cache.Store, error) {
+// start runs an informer whose every event marks what it may have changed (marked: by key, the
+// informer's group/kind/namespace, for the set's objects; by selector for pods and ReplicaSets,
+// whose key is empty) and kicks the loop, and returns its store; what no verdict reads is
+// dropped from each object first (slim).
+func (w *watches) start(ctx context.Context, inf cache.SharedIndexInformer, key string) (cache.Store, error) {
 	if err := inf.SetTransform(slim); err != nil {
 		return nil, err
 	}
-	notify := func() {
+	notify := func(obj any) {
+		w.marked(key, obj)
 		select {
 		case w.kick <- struct{}{}:
 		default:
 		}
 	}
 	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
+		AddFunc:    func(obj any) { notify(obj) },
+		UpdateFunc: func(old, obj any) { w.marked(key, old); notify(obj) }, // labels may have changed
+		DeleteFunc: func(obj any) { notify(obj) },
 	})
 	if err != nil {
 		return nil, err
@@ -344,13 +417,18 @@ func (w *watches) start(ctx context.Context, inf cache.SharedIndexInformer) (cac
 	return inf.GetStore(), nil
 }
 
-// loop checks every target at each change the informers see, and when an unschedulable pod's
-// grace ends, until all are done, one fails, or ctx ends.
+// loop checks every target once, then those the informers' changes concern, and each whose
+// unschedulable pod's grace ends, until all are done, one fails, or ctx ends.
 func (w *watches) loop(ctx context.Context, targets []*target, opts WaitOptions) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	all := true
 	for {
-		done, recheck, err := w.checkAll(targets, time.Now(), opts)
+		dirty := w.takeDirty()
+		done, recheck, err := w.checkAll(targets, func(t *target, now time.Time) bool {
+			return all || dirty[t] || (!t.recheck.IsZero() && !now.Before(t.recheck))
+		}, time.Now(), opts)
+		all = false
 		if err != nil || done {
 			return err
 		}
@@ -366,27 +444,31 @@ func (w *watches) loop(ctx context.Context, targets []*target, opts WaitOptions)
 	}
 }
 
-// checkAll checks every target, reporting each change of status: all done, the earliest time to
-// look again although nothing changes, or the first failure.
-func (w *watches) checkAll(targets []*target, now time.Time, opts WaitOptions) (done bool, recheck time.Time, err error) {
+// checkAll checks the targets due (each the first time, then as due says), reporting each change
+// of status: all done, the earliest time to look again although nothing changes, or the first
+// failure.
+func (w *watches) checkAll(targets []*target, due func(*target, time.Time) bool, now time.Time, opts WaitOptions) (done bool, recheck time.Time, err error) {
 	done = true
 	for _, t := range targets {
-		s, at, err := t.check(now, opts.UnschedulableGrace)
-		if err != nil {
-			return false, time.Time{}, err
-		}
-		if !t.reported || s.Done != t.last.Done || s.Message != t.last.Message {
-			t.last, t.reported = s, true
-			if opts.OnStatus != nil {
-				opts.OnStatus(s)
+		if !t.reported || due(t, now) {
+			s, at, err := t.check(now, opts.UnschedulableGrace)
+			if err != nil {
+				return false, time.Time{}, err
+			}
+			t.recheck = at
+			if !t.reported || s.Done != t.last.Done || s.Message != t.last.Message {
+				t.last, t.reported = s, true
+				if opts.OnStatus != nil {
+					opts.OnStatus(s)
+				}
+			}
+			if s.Failure != nil {
+				return false, time.Time{}, s.Failure
 			}
 		}
-		if s.Failure != nil {
-			return false, time.Time{}, s.Failure
-		}
-		done = done && s.Done
-		if !at.IsZero() && (recheck.IsZero() || at.Before(recheck)) {
-			recheck = at
+		done = done && t.last.Done
+		if !t.recheck.IsZero() && (recheck.IsZero() || t.recheck.Before(recheck)) {
+			recheck = t.recheck
 		}
 	}
 	return done, recheck, nil
