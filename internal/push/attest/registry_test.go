@@ -27,6 +27,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/layout"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/internal/sign"
 	"github.com/toa-deploy/toa-deploy/layer"
@@ -550,7 +551,7 @@ func documentBlob(t *testing.T, ref string) v1.Hash {
 	return m.Layers[0].Digest
 }
 
-// Into an OCI layout, and across to a registry that has none of it with PushLayout (what
+// Into an OCI layout, and across to a registry that has none of it with layout.Push (what
 // --from-oci-layout runs): the referrers and signatures go along, before the tag.
 func TestCarriedByAnOCILayout(t *testing.T) {
 	oras, cosign := harness.Tool(t, "oras"), harness.Tool(t, "cosign")
@@ -558,7 +559,7 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 	harness.PushTestBase(t, bases)
 	signer, pub := signingKey(t)
 	dir := filepath.Join(t.TempDir(), "layout")
-	l, err := image.OpenLayout(dir, nil)
+	l, err := layout.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,11 +613,11 @@ func TestCarriedByAnOCILayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, err := image.ReadLayout(dir)
+	read, err := layout.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	result, err := image.PushLayout(t.Context(), layout, image.PushOptions{Registries: reg})
+	result, err := layout.Push(t.Context(), read, image.PushOptions{Registries: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Destination is where a push puts the application's images: the registry each image's
-// reference names (NewRegistryDestination), or an OCI image layout on disk (OpenLayout). Probe
+// reference names (NewRegistryDestination), or an OCI image layout on disk (layout.Open). Probe
 // and Push ask it these questions and nothing else, so that neither tests which one it is.
 type Destination interface {
 	// Digest returns the digest of the index tagged ref, or "" when the destination lacks it.

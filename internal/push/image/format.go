@@ -106,11 +106,12 @@ func (o *ociImage) RawManifest() ([]byte, error)        { return o.raw, nil }
 func (o *ociImage) Digest() (v1.Hash, error)            { return partial.Digest(o) }
 func (o *ociImage) Size() (int64, error)                { return partial.Size(o) }
 
-// checkOCI refuses an index that is not what toa-push writes: an OCI index of OCI image
+// CheckOCI refuses an index that is not what toa-push writes: an OCI index of OCI image
 // manifests, each with an OCI config and OCI layer types, each described in the index by its
 // own media type, digest, size and the platform of its config. It reads only what the index
-// holds (for a layout or a registry, the manifests and configs).
-func checkOCI(idx v1.ImageIndex) error {
+// holds (for a layout or a registry, the manifests and configs). Push checks what it builds
+// with it, and layout.Push what it reads from a layout.
+func CheckOCI(idx v1.ImageIndex) error {
 	m, err := idx.IndexManifest()
 	if err != nil {
 		return err

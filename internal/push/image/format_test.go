@@ -2,9 +2,7 @@ package image
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +12,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 )
@@ -88,7 +85,7 @@ func TestImagesAreOCIOnEveryBase(t *testing.T) {
 			amd64 := memoryBase(t, tc.manifest, tc.config, tc.layer, "amd64")
 			arm64 := memoryBase(t, tc.manifest, tc.config, tc.layer, "arm64")
 			idx := built(t, amd64, arm64)
-			if err := checkOCI(idx); err != nil {
+			if err := CheckOCI(idx); err != nil {
 				t.Fatal(err)
 			}
 			m, _ := idx.IndexManifest()
@@ -173,7 +170,7 @@ func TestCheckOCIRefusesMixedFormats(t *testing.T) {
 		{"a platform the config does not say", oneImage(types.OCIImageIndex, wrongPlatform, "amd64"), "its config says linux/arm64, the index linux/amd64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := checkOCI(tc.idx); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if err := CheckOCI(tc.idx); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want %q", err, tc.want)
 			}
 		})
@@ -197,48 +194,6 @@ func TestDependenciesKeepTheirAnnotations(t *testing.T) {
 	if digest(t, again) != digest(t, deps) {
 		t.Errorf("an OCI dependencies image read back: %s, written %s", digest(t, again), digest(t, deps))
 	}
-}
-
-// A layout an earlier toa-push wrote on a Docker base (a Docker manifest of OCI layers) is
-// refused before anything is pushed, as bad input, with what to do.
-func TestPushLayoutRefusesMixedFormats(t *testing.T) {
-	docker := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
-	l, _ := tarLayer(map[string][]byte{"a": []byte("a")})
-	mixed, _ := mutate.Append(docker, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
-	layout, err := OpenLayout(filepath.Join(t.TempDir(), "layout"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := layout.Write(t.Context(), "registry.internal/shop/composition-front:1a2b3c4d", oneImage(types.OCIImageIndex, mixed, "amd64")); err != nil {
-		t.Fatal(err)
-	}
-	_, err = PushLayout(t.Context(), layout, PushOptions{Destination: refusingDestination{t: t}})
-	var input *fault.Input
-	if !errors.As(err, &input) || !strings.Contains(err.Error(), "not an OCI image manifest") || !strings.Contains(err.Error(), "write the layout again") {
-		t.Errorf("got %v", err)
-	}
-}
-
-// refusingDestination fails the test on any question: nothing is to be pushed. (Methods it
-// does not define panic.)
-type refusingDestination struct {
-	Destination
-	t *testing.T
-}
-
-func (d refusingDestination) Digest(context.Context, string) (string, error) {
-	d.t.Error("the destination was asked for a digest")
-	return "", nil
-}
-
-func (d refusingDestination) Index(context.Context, string) (v1.ImageIndex, error) {
-	d.t.Error("the destination was asked for an index")
-	return nil, nil
-}
-
-func (d refusingDestination) Write(context.Context, string, v1.ImageIndex) (Sent, error) {
-	d.t.Error("the destination was written to")
-	return Sent{}, nil
 }
 
 // A Docker schema 1 base (what registries served before 2017, and some old mirrors still hold)

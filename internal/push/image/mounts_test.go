@@ -13,10 +13,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
-	"github.com/toa-deploy/toa-deploy/layer"
 )
 
 // distinctBlobs walks every tag of the registry's repositories and returns the size of each
@@ -235,78 +233,4 @@ func TestRegistryThatDoesNotMount(t *testing.T) {
 	if err := harness.Complete(context.Background(), target.Addr); err != nil {
 		t.Error(err)
 	}
-}
-
-// --from-oci-layout sends each distinct blob once too: the dependencies images go first, and
-// their base layers are mounted into the other repositories.
-func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
-	baseAddr, _ := harness.RegistryWithLog(t)
-	baseRef := harness.PushLayeredBase(t, baseAddr)
-	addr, rec := harness.RegistryWithLog(t)
-	dir := twoCompositions(t, addr, baseRef)
-	layoutDir := filepath.Join(t.TempDir(), "layout")
-	l, err := OpenLayout(layoutDir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pushTo(t, dir, baseRef, l); err != nil {
-		t.Fatal(err)
-	}
-	rec.Reset()
-	reg, _ := registry.NewRegistries()
-	read, err := ReadLayout(layoutDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := PushLayout(context.Background(), read, PushOptions{Registries: reg}); err != nil {
-		t.Fatal(err)
-	}
-	rec = rec.Snapshot()
-	distinct := distinctBlobs(t, addr)
-	var want int64
-	for _, size := range distinct {
-		want += size
-	}
-	count, sent := uploads(rec)
-	t.Logf("from the layout: %d bytes sent in %d uploads and %d mounts; the distinct blobs are %d bytes", sent, len(count), len(rec.Mounts()), want)
-	for d, n := range count {
-		if n > 1 {
-			t.Errorf("%s uploaded %d times", d, n)
-		}
-	}
-	if sent != want {
-		t.Errorf("sent %d bytes of blobs, the distinct blobs are %d bytes", sent, want)
-	}
-	if p := pings(rec); p != 1 {
-		t.Errorf("%d pings, want 1", p)
-	}
-}
-
-// pushTo builds the application in dir and writes it to dest.
-func pushTo(t *testing.T, dir, base string, dest Destination) (*Result, error) {
-	t.Helper()
-	reg, err := registry.NewRegistries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, plan := loadAndPlan(t, dir, base, reg)
-	return Push(context.Background(), app, plan, PushOptions{Registries: reg, Destination: dest, Layers: fakeLayers{}, CacheDir: t.TempDir()})
-}
-
-// loadAndPlan loads the application in dir and plans it on base.
-func loadAndPlan(t *testing.T, dir, base string, reg *registry.Registries) (*toa.Application, *Plan) {
-	t.Helper()
-	app, err := toa.Load(dir, "default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resolved := ResolveBase(context.Background(), reg, base)
-	if resolved.Err != nil {
-		t.Fatal(resolved.Err)
-	}
-	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: resolved}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return app, plan
 }

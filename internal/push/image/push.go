@@ -27,7 +27,7 @@ type PushOptions struct {
 	// the images go: the registry each image's reference names.
 	Registries *registry.Registries
 	// Destination is where the images go: NewRegistryDestination(Registries) when nil, or an
-	// OCI layout (OpenLayout).
+	// OCI layout (layout.Open, package internal/push/layout).
 	Destination Destination
 	Layers      Layers
 	Jobs        int    // images built at once; 3 as Toa's, past which uploads contend for one uplink
@@ -41,9 +41,9 @@ type PushOptions struct {
 	Attach Attacher
 }
 
-// withDefaults are the options with what is not set filled in, for Push and PushLayout alike;
+// WithDefaults are the options with what is not set filled in, for Push and layout.Push alike;
 // the Epoch, which only a build needs and whose reading may fail, Push fills in itself.
-func (o PushOptions) withDefaults() PushOptions {
+func (o PushOptions) WithDefaults() PushOptions {
 	if o.Jobs <= 0 {
 		o.Jobs = 3
 	}
@@ -78,7 +78,7 @@ type Pushed struct {
 	DepsBuilt  bool     `json:"dependenciesBuilt"`
 	BytesSent  int64    `json:"bytesSent"`
 	Requests   int64    `json:"requests"`
-	// Copied is true when PushLayout sent the image from an OCI layout to a registry that
+	// Copied is true when layout.Push sent the image from an OCI layout to a registry that
 	// lacked it.
 	Copied bool `json:"copied,omitempty"`
 	// Attachments are what was attached to the image when it was built (PushOptions.Attach) or
@@ -94,7 +94,7 @@ func (p *Pushed) Reference() string { return p.Repository + "@" + p.Digest }
 // A tag is written last, once everything it points to is in the registry, so a failed push leaves
 // no tag on an incomplete image and a rerun finishes the job.
 func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOptions) (*Result, error) {
-	opts = opts.withDefaults()
+	opts = opts.WithDefaults()
 	if err := unresolved(plan); err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		return nil, err
 	}
 	defer stopUnpacking()
-	err = parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
+	err = Parallel(ctx, len(missing), opts.Jobs, func(ctx context.Context, k int) error {
 		i := missing[k]
 		return b.build(ctx, plan.images[i], result.Images[i])
 	})
@@ -169,7 +169,7 @@ const probeJobs = 16
 // asked for.
 func Probe(ctx context.Context, dest Destination, plan *Plan) (map[string]string, error) {
 	digests := make([]string, len(plan.images))
-	err := parallel(ctx, len(plan.images), probeJobs, func(ctx context.Context, i int) error {
+	err := Parallel(ctx, len(plan.images), probeJobs, func(ctx context.Context, i int) error {
 		img := plan.images[i]
 		if img.Tag == "" {
 			return nil
@@ -297,7 +297,7 @@ func (b *builder) attachAndUpload(ctx context.Context, img *Image, idx v1.ImageI
 
 // publish writes an image's index under its tag, and records its digest.
 func (b *builder) publish(ctx context.Context, img *Image, idx v1.ImageIndex, pushed *Pushed, sent *Sent) error {
-	if err := checkOCI(idx); err != nil {
+	if err := CheckOCI(idx); err != nil {
 		return fmt.Errorf("%s: toa-push made an image it must not write: %w", img.Reference(), err)
 	}
 	b.opts.Events(Event{img.Name, "pushing " + img.Reference()})
@@ -354,7 +354,7 @@ func (b *builder) dependencies(ctx context.Context, src *registry.Registries, im
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOCI(idx); err != nil {
+	if err := CheckOCI(idx); err != nil {
 		return nil, fmt.Errorf("%s: toa-push made an image it must not write: %w", img.DepsReference(), err)
 	}
 	b.opts.Events(Event{img.Name, "pushing " + img.DepsReference()})
@@ -642,9 +642,10 @@ func globalLines(app *toa.Application, img *Image) ([]string, error) {
 	return lines, nil
 }
 
-// parallel runs f for 0..n-1, at most jobs at once, and returns the first error: the others see
-// their ctx cancelled, and none starts after it.
-func parallel(ctx context.Context, n, jobs int, f func(context.Context, int) error) error {
+// Parallel runs f for 0..n-1, at most jobs at once, and returns the first error: the others see
+// their ctx cancelled, and none starts after it. Push runs its builds and probes with it, and
+// layout.Push its copies.
+func Parallel(ctx context.Context, n, jobs int, f func(context.Context, int) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(jobs)
 	for i := 0; i < n && gctx.Err() == nil; i++ {

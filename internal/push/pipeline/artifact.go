@@ -14,6 +14,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/layout"
 	"github.com/toa-deploy/toa-deploy/internal/sign"
 	"github.com/toa-deploy/toa-deploy/manifest"
 )
@@ -179,15 +180,15 @@ func signArtifact(ctx context.Context, dest image.Destination, signer *sign.Sign
 // pushLayoutArtifact pushes the artifact a layout holds, if any, after its images: what is
 // attached to it first (its provenance, and its signatures added to those the registry has),
 // then the manifest under its tag.
-func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) (*ArtifactReport, error) {
-	entries, err := layout.Attachments()
+func (o *options) pushLayoutArtifact(ctx context.Context, l *layout.Layout) (*ArtifactReport, error) {
+	entries, err := l.Attachments()
 	if err != nil {
 		return nil, err
 	}
-	var found *image.LayoutEntry
+	var found *layout.Entry
 	var img v1.Image
 	for i, e := range entries {
-		m, err := layout.Manifest(ctx, e.Reference)
+		m, err := l.Manifest(ctx, e.Reference)
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +205,7 @@ func (o *options) pushLayoutArtifact(ctx context.Context, layout *image.Layout) 
 		if e.Repository() != found.Repository() || e.Reference == found.Reference {
 			continue
 		}
-		m, err := layout.Manifest(ctx, e.Reference)
+		m, err := l.Manifest(ctx, e.Reference)
 		if err != nil || m == nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/layout"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/layer"
 	"github.com/toa-deploy/toa-deploy/manifest"
@@ -316,18 +317,18 @@ func checkOutputs(o *options) error {
 		return nil
 	}
 	var beside []string // the kustomization's folder, where it is written inside the layout's
-	layout, errL := filepath.Abs(o.ociLayout)
+	dir, errL := filepath.Abs(o.ociLayout)
 	k, errK := filepath.Abs(o.kustomizationDir())
-	if rel, err := filepath.Rel(layout, k); errL == nil && errK == nil && err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+	if rel, err := filepath.Rel(dir, k); errL == nil && errK == nil && err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
 		beside = append(beside, strings.Split(rel, string(filepath.Separator))[0])
 	}
-	if err := image.CheckLayoutDir(o.ociLayout, beside...); err != nil {
+	if err := layout.CheckDir(o.ociLayout, beside...); err != nil {
 		return err
 	}
 	if entries, err := os.ReadDir(o.ociLayout); err != nil || len(entries) == 0 {
-		return nil // made by OpenLayout, which says why it cannot be
+		return nil // made by layout.Open, which says why it cannot be
 	}
-	if _, err := image.ReadLayout(o.ociLayout); err != nil {
+	if _, err := layout.Read(o.ociLayout); err != nil {
 		return &fault.Input{File: o.ociLayout, Message: "is an OCI image layout toa-push cannot read: " + err.Error(), Err: err,
 			Hint: "give --oci-layout a folder of its own, or an OCI layout toa-push wrote"}
 	}

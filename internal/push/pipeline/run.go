@@ -12,6 +12,7 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 	"github.com/toa-deploy/toa-deploy/internal/push/image"
+	"github.com/toa-deploy/toa-deploy/internal/push/layout"
 	"github.com/toa-deploy/toa-deploy/manifest"
 )
 
@@ -133,17 +134,17 @@ func start(ctx context.Context, path, env string, o *options) (*Planned, image.D
 	}
 	var dest image.Destination = image.NewRegistryDestination(o.registries)
 	if o.ociLayout != "" {
-		layout, err := image.OpenLayout(o.ociLayout, map[string]string{image.AnnotationContext: p.App.Name, image.AnnotationEnvironment: p.App.Environment})
+		l, err := layout.Open(o.ociLayout, map[string]string{layout.AnnotationContext: p.App.Name, layout.AnnotationEnvironment: p.App.Environment})
 		if err != nil {
 			return nil, nil, fault.BadInput(err)
 		}
-		dest = layout
+		dest = l
 	}
 	return p, dest, nil
 }
 
 // LayoutKustomization is the folder beside a layout's images where its kustomization goes.
-func LayoutKustomization(layout string) string { return filepath.Join(layout, "kustomization") }
+func LayoutKustomization(dir string) string { return filepath.Join(dir, "kustomization") }
 
 // PushLayout pushes the images of an OCI layout written by Push WithOCILayout to the registries
 // they name, and copies the kustomization written beside them to WithKustomization's folder as
@@ -158,11 +159,11 @@ func PushLayout(ctx context.Context, dir string, opts ...Option) (*Report, error
 	if err := manifest.CheckKustomizationDir(to); err != nil {
 		return nil, err
 	}
-	layout, err := image.ReadLayout(dir)
+	l, err := layout.Read(dir)
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}
-	entries, err := layout.Entries()
+	entries, err := l.Entries()
 	if err != nil {
 		return nil, fault.BadInput(err)
 	}
@@ -171,11 +172,11 @@ func PushLayout(ctx context.Context, dir string, opts ...Option) (*Report, error
 	if err != nil {
 		return nil, err
 	}
-	result, err := image.PushLayout(ctx, layout, image.PushOptions{Registries: o.registries, Jobs: o.jobs, Events: o.events})
+	result, err := layout.Push(ctx, l, image.PushOptions{Registries: o.registries, Jobs: o.jobs, Events: o.events})
 	if err != nil {
 		return nil, err
 	}
-	artifactReport, err := o.pushLayoutArtifact(ctx, layout)
+	artifactReport, err := o.pushLayoutArtifact(ctx, l)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +186,7 @@ func PushLayout(ctx context.Context, dir string, opts ...Option) (*Report, error
 	o.log.Debugf("copied the kustomization from %s to %s", from, to)
 	report := &Report{Result: result, Kustomization: to, FromLayout: dir, Artifact: artifactReport}
 	for _, e := range entries {
-		report.Context, report.Environment = e.Annotations[image.AnnotationContext], e.Annotations[image.AnnotationEnvironment]
+		report.Context, report.Environment = e.Annotations[layout.AnnotationContext], e.Annotations[layout.AnnotationEnvironment]
 	}
 	return report, nil
 }
@@ -193,7 +194,7 @@ func PushLayout(ctx context.Context, dir string, opts ...Option) (*Report, error
 // layoutKustomization reads the kustomization beside a layout's images and makes sure that it
 // pins every image by a digest that the layout holds for its repository, before anything is
 // pushed.
-func layoutKustomization(dir string, entries []image.LayoutEntry) (map[string][]byte, error) {
+func layoutKustomization(dir string, entries []layout.Entry) (map[string][]byte, error) {
 	files, k, err := manifest.ReadKustomization(dir)
 	var input *fault.Input
 	if errors.As(err, &input) && !exists(filepath.Join(dir, manifest.KustomizationFile)) {
@@ -212,7 +213,7 @@ func layoutKustomization(dir string, entries []image.LayoutEntry) (map[string][]
 		if img.Digest == "" {
 			return nil, refuse("%s is not pinned by a digest", img.Name)
 		}
-		if !slices.ContainsFunc(entries, func(e image.LayoutEntry) bool { return e.Repository() == img.Name && e.Digest == img.Digest }) {
+		if !slices.ContainsFunc(entries, func(e layout.Entry) bool { return e.Repository() == img.Name && e.Digest == img.Digest }) {
 			return nil, refuse("it pins %s@%s, which the layout does not hold", img.Name, img.Digest)
 		}
 	}

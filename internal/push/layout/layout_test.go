@@ -1,4 +1,4 @@
-package image
+package layout
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 	"github.com/toa-deploy/toa-deploy/layer"
 )
@@ -31,17 +32,17 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	}
 	reg, _ := registry.NewRegistries()
 	ctx := context.Background()
-	plan, err := NewPlan(app, PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*Base{base: ResolveBase(ctx, reg, base)}})
+	plan, err := image.NewPlan(app, image.PlanOptions{Toolchain: layer.Toolchain{Node: "20", Npm: "11"}, Bases: map[string]*image.Base{base: image.ResolveBase(ctx, reg, base)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	l, err := OpenLayout(out, map[string]string{AnnotationContext: app.Name, AnnotationEnvironment: "default"})
+	l, err := Open(out, map[string]string{AnnotationContext: app.Name, AnnotationEnvironment: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	targetLog.Reset()
-	written, err := Push(ctx, app, plan, PushOptions{Registries: reg, Destination: l, Layers: fakeLayers{}, CacheDir: t.TempDir()})
+	written, err := image.Push(ctx, app, plan, image.PushOptions{Registries: reg, Destination: l, Layers: fakeLayers{}, CacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	}
 
 	t.Run("a second write writes nothing", func(t *testing.T) {
-		again, err := Push(ctx, app, plan, PushOptions{Registries: reg, Destination: l, Layers: fakeLayers{}, CacheDir: t.TempDir()})
+		again, err := image.Push(ctx, app, plan, image.PushOptions{Registries: reg, Destination: l, Layers: fakeLayers{}, CacheDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,21 +80,21 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	})
 
 	t.Run("pushed from the layout, the digests of a direct push", func(t *testing.T) {
-		read, err := ReadLayout(out)
+		read, err := Read(out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pushed, err := PushLayout(ctx, read, PushOptions{Registries: reg})
+		pushed, err := Push(ctx, read, image.PushOptions{Registries: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
 		direct := r.registry(t)
 		other := twoCompositions(t, direct, base)
-		straight, err := pushOnce(t, other, base, fakeLayers{})
+		straight, err := pushTo(t, other, base, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		byName := func(r *Result) map[string]string {
+		byName := func(r *image.Result) map[string]string {
 			out := map[string]string{}
 			for _, p := range r.Images {
 				out[p.Name] = p.Digest
@@ -113,7 +114,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 			}
 		}
 		targetLog.Reset()
-		again, err := PushLayout(ctx, read, PushOptions{Registries: reg})
+		again, err := Push(ctx, read, image.PushOptions{Registries: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	t.Run("a folder that is not a layout is refused", func(t *testing.T) {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, "notes.txt"), []byte("mine"), 0o644)
-		if _, err := OpenLayout(d, nil); err == nil {
+		if _, err := Open(d, nil); err == nil {
 			t.Error("wrote into a folder of someone else's")
 		}
 	})

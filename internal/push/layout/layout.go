@@ -1,4 +1,15 @@
-package image
+// Package layout is an OCI image layout on disk (image-spec's image-layout.md) as a push
+// destination, and the push of such a layout to a registry. toa-push --oci-layout writes the
+// application's images into one (Open: a *Layout is an image.Destination, so image.Push builds
+// into it as into a registry), with what is attached to them (SBOMs, provenance, signatures) and
+// every blob of their bases; toa-push --from-oci-layout, on a machine that reaches the registry,
+// reads it back (Read) and pushes it there (Push), without the sources. CheckDir refuses, before
+// any work, a folder a layout should not be written into.
+//
+// It is a room of its own beside image (issue 37): image builds and pushes images to any
+// image.Destination and knows nothing of layouts; layout imports image, never the reverse.
+// go-containerregistry has a package of the same name, imported here as ggcrlayout.
+package layout
 
 import (
 	"bytes"
@@ -18,11 +29,12 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
+	ggcrlayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 	"github.com/toa-deploy/toa-deploy/internal/fsys"
+	"github.com/toa-deploy/toa-deploy/internal/push/image"
 )
 
 // Annotations of the entries of a layout's index.json.
@@ -37,9 +49,9 @@ const (
 	AnnotationEnvironment = "io.toa.environment"
 )
 
-// Layout is an OCI image layout on disk, as a destination: every index written to it is kept
-// with the blobs of its images, the base's layers included, so that the layout can be carried
-// to a registry this machine cannot reach and pushed there (PushLayout) without the sources.
+// Layout is an OCI image layout on disk, as an image.Destination: every index written to it is
+// kept with the blobs of its images, the base's layers included, so that the layout can be
+// carried to a registry this machine cannot reach and pushed there (Push) without the sources.
 //
 // Each index is an entry of index.json named by the reference it is to be pushed to
 // (AnnotationImageName, and its tag as AnnotationRefName). Blobs are written to a temporary file,
@@ -53,8 +65,11 @@ type Layout struct {
 	mu sync.Mutex // index.json
 }
 
-// LayoutEntry is one index of a layout.
-type LayoutEntry struct {
+// A *Layout is a destination image.Push writes into as into a registry.
+var _ image.Destination = (*Layout)(nil)
+
+// Entry is one index of a layout.
+type Entry struct {
 	Reference    string // where it is pushed: "registry.internal/shop/composition-front:1a2b3c4d"
 	Digest       string
 	Annotations  map[string]string
@@ -62,7 +77,7 @@ type LayoutEntry struct {
 }
 
 // Repository is the entry's reference without its tag.
-func (e LayoutEntry) Repository() string {
+func (e Entry) Repository() string {
 	r, err := name.ParseReference(e.Reference, name.Insecure)
 	if err != nil {
 		return e.Reference
@@ -71,12 +86,12 @@ func (e LayoutEntry) Repository() string {
 }
 
 // Tag is the entry's tag.
-func (e LayoutEntry) Tag() string { return e.Annotations[AnnotationRefName] }
+func (e Entry) Tag() string { return e.Annotations[AnnotationRefName] }
 
-// OpenLayout opens the OCI layout in dir for writing, or makes one there when dir is missing or
+// Open opens the OCI layout in dir for writing, or makes one there when dir is missing or
 // empty. A folder that holds something else is refused, never written into. The annotations
 // are added to every entry written (the context and environment of the images).
-func OpenLayout(dir string, annotations map[string]string) (*Layout, error) {
+func Open(dir string, annotations map[string]string) (*Layout, error) {
 	l := &Layout{dir: dir, annotations: annotations}
 	entries, err := os.ReadDir(dir)
 	switch {
@@ -103,8 +118,8 @@ func OpenLayout(dir string, annotations map[string]string) (*Layout, error) {
 	return l, nil
 }
 
-// ReadLayout opens an existing OCI layout for reading.
-func ReadLayout(dir string) (*Layout, error) {
+// Read opens an existing OCI layout for reading.
+func Read(dir string) (*Layout, error) {
 	if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err != nil {
 		return nil, fmt.Errorf("%s is not an OCI image layout (it has no oci-layout file)", dir)
 	}
@@ -120,17 +135,17 @@ func (l *Layout) Dir() string { return l.dir }
 
 // Entries lists the layout's indexes that name the reference they are pushed to, in the order
 // of index.json: by reference.
-func (l *Layout) Entries() ([]LayoutEntry, error) {
+func (l *Layout) Entries() ([]Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m, err := l.entries()
 	if err != nil {
 		return nil, err
 	}
-	var out []LayoutEntry
+	var out []Entry
 	for _, d := range m {
 		if ref := d.Annotations[AnnotationImageName]; ref != "" && d.MediaType.IsIndex() {
-			out = append(out, LayoutEntry{Reference: ref, Digest: d.Digest.String(), Annotations: d.Annotations})
+			out = append(out, Entry{Reference: ref, Digest: d.Digest.String(), Annotations: d.Annotations})
 		}
 	}
 	return out, nil
@@ -167,7 +182,7 @@ func (l *Layout) index(digest string) (v1.ImageIndex, error) {
 	if err := l.checkTree(digest); err != nil {
 		return nil, err
 	}
-	root, err := layout.ImageIndexFromPath(l.dir)
+	root, err := ggcrlayout.ImageIndexFromPath(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read the OCI layout %s: %w", l.dir, err)
 	}
@@ -181,26 +196,26 @@ func (l *Layout) index(digest string) (v1.ImageIndex, error) {
 // Write writes the blobs of the index that the layout lacks, the layers of its images from
 // wherever they are (the cache, the base's registry or mirror), then its entry in index.json,
 // replacing an entry of the same reference.
-func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent, error) {
+func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (image.Sent, error) {
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
-		return Sent{}, fmt.Errorf("'%s' is not an image reference: %w", ref, err)
+		return image.Sent{}, fmt.Errorf("'%s' is not an image reference: %w", ref, err)
 	}
 	written, err := l.writeIndex(ctx, idx)
 	if err != nil {
-		return Sent{Bytes: written}, fmt.Errorf("write %s into the OCI layout %s: %w", ref, l.dir, err)
+		return image.Sent{Bytes: written}, fmt.Errorf("write %s into the OCI layout %s: %w", ref, l.dir, err)
 	}
 	digest, err := idx.Digest()
 	if err != nil {
-		return Sent{Bytes: written}, err
+		return image.Sent{Bytes: written}, err
 	}
 	size, err := idx.Size()
 	if err != nil {
-		return Sent{Bytes: written}, err
+		return image.Sent{Bytes: written}, err
 	}
 	mt, err := idx.MediaType()
 	if err != nil {
-		return Sent{Bytes: written}, err
+		return image.Sent{Bytes: written}, err
 	}
 	annotations := map[string]string{AnnotationImageName: ref, AnnotationRefName: r.Identifier()}
 	for k, v := range l.annotations {
@@ -212,7 +227,7 @@ func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent
 	defer l.mu.Unlock()
 	m, err := l.entries()
 	if err != nil {
-		return Sent{Bytes: written}, err
+		return image.Sent{Bytes: written}, err
 	}
 	kept := m[:0]
 	for _, d := range m {
@@ -226,7 +241,7 @@ func (l *Layout) Write(ctx context.Context, ref string, idx v1.ImageIndex) (Sent
 	sort.SliceStable(kept, func(i, j int) bool {
 		return kept[i].Annotations[AnnotationImageName] < kept[j].Annotations[AnnotationImageName]
 	})
-	return Sent{Bytes: written}, l.writeIndexJSON(kept)
+	return image.Sent{Bytes: written}, l.writeIndexJSON(kept)
 }
 
 // entries reads index.json's descriptors; l.mu is held, or l is not shared yet.
@@ -306,7 +321,7 @@ func (l *Layout) writeImage(ctx context.Context, img v1.Image) (int64, error) {
 		return 0, err
 	}
 	written := make([]int64, len(layers))
-	err = parallel(ctx, len(layers), 4, func(ctx context.Context, i int) error {
+	err = image.Parallel(ctx, len(layers), 4, func(ctx context.Context, i int) error {
 		digest, err := layers[i].Digest()
 		if err != nil {
 			return err
@@ -397,13 +412,13 @@ func (l *Layout) writeBlob(digest v1.Hash, size int64, open func() (io.ReadClose
 	return n, nil
 }
 
-// PushLayout pushes every index of the layout to the registry its reference names: the
+// Push pushes every index of the layout to the registry its reference names: the
 // dependencies images first, then the application's images, whose base and dependency layers
 // are then found in the registry and not sent again. What the registry has is not sent; each
 // tag goes last. The result lists the application's images (not the dependencies images), with
 // the digests the layout holds.
-func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, error) {
-	opts = opts.withDefaults()
+func Push(ctx context.Context, l *Layout, opts image.PushOptions) (*image.Result, error) {
+	opts = opts.WithDefaults()
 	entries, err := l.Entries()
 	if err != nil {
 		return nil, err
@@ -411,7 +426,7 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("the OCI layout %s holds no image that names where it goes (annotation %s): write it with toa-push --oci-layout", l.dir, AnnotationImageName)
 	}
-	var deps, apps []LayoutEntry
+	var deps, apps []Entry
 	for _, e := range entries {
 		if strings.HasPrefix(e.Tag(), "deps-") {
 			deps = append(deps, e)
@@ -419,9 +434,9 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 			apps = append(apps, e)
 		}
 	}
-	lp := &layoutPush{l: l, opts: opts, result: &Result{}}
+	lp := &layoutPush{l: l, opts: opts, result: &image.Result{}}
 	for _, e := range apps {
-		lp.result.Images = append(lp.result.Images, &Pushed{Name: path.Base(e.Repository()), Repository: e.Repository(),
+		lp.result.Images = append(lp.result.Images, &image.Pushed{Name: path.Base(e.Repository()), Repository: e.Repository(),
 			Tag: e.Tag(), Digest: e.Digest})
 	}
 	// the dependencies images first, then what is attached to the images the registry lacks, and
@@ -438,18 +453,18 @@ func PushLayout(ctx context.Context, l *Layout, opts PushOptions) (*Result, erro
 	return lp.result, nil
 }
 
-// layoutPush is one PushLayout: the layout, where it goes, and what was pushed so far.
+// layoutPush is one Push: the layout, where it goes, and what was pushed so far.
 type layoutPush struct {
 	l      *Layout
-	opts   PushOptions
+	opts   image.PushOptions
 	mu     sync.Mutex // guards result's counters
-	result *Result
+	result *image.Result
 }
 
 // pushedOf is the application image a layout entry counts for: its own, or for a dependencies
 // image the application's image of its repository.
-func (lp *layoutPush) pushedOf(e LayoutEntry) *Pushed {
-	p := &Pushed{}
+func (lp *layoutPush) pushedOf(e Entry) *image.Pushed {
+	p := &image.Pushed{}
 	for _, q := range lp.result.Images {
 		if q.Repository == e.Repository() {
 			p = q
@@ -459,19 +474,19 @@ func (lp *layoutPush) pushedOf(e LayoutEntry) *Pushed {
 }
 
 // copyAll writes the entries the destination lacks, opts.Jobs at once.
-func (lp *layoutPush) copyAll(ctx context.Context, list []LayoutEntry) error {
-	return parallel(ctx, len(list), lp.opts.Jobs, func(ctx context.Context, i int) error {
+func (lp *layoutPush) copyAll(ctx context.Context, list []Entry) error {
+	return image.Parallel(ctx, len(list), lp.opts.Jobs, func(ctx context.Context, i int) error {
 		return lp.copy(ctx, list[i])
 	})
 }
 
-func (lp *layoutPush) copy(ctx context.Context, e LayoutEntry) error {
+func (lp *layoutPush) copy(ctx context.Context, e Entry) error {
 	p, dest, events := lp.pushedOf(e), lp.opts.Destination, lp.opts.Events
 	idx, err := lp.l.index(e.Digest)
 	if err != nil {
 		return err
 	}
-	if err := checkOCI(idx); err != nil {
+	if err := image.CheckOCI(idx); err != nil {
 		return fault.BadInput(fmt.Errorf("the OCI layout %s holds %s in a form toa-push does not push: %w; write the layout again with this toa-push's --oci-layout", lp.l.dir, e.Reference, err))
 	}
 	if p.Tag == e.Tag() {
@@ -482,10 +497,10 @@ func (lp *layoutPush) copy(ctx context.Context, e LayoutEntry) error {
 		return err
 	}
 	if have == e.Digest {
-		events(Event{path.Base(e.Repository()), "exists " + e.Reference})
+		events(image.Event{Image: path.Base(e.Repository()), Message: "exists " + e.Reference})
 		return nil
 	}
-	events(Event{path.Base(e.Repository()), "pushing " + e.Reference})
+	events(image.Event{Image: path.Base(e.Repository()), Message: "pushing " + e.Reference})
 	sent, err := dest.Write(ctx, e.Reference, idx)
 	lp.mu.Lock()
 	p.BytesSent, p.Requests = p.BytesSent+sent.Bytes, p.Requests+sent.Requests
@@ -496,13 +511,13 @@ func (lp *layoutPush) copy(ctx context.Context, e LayoutEntry) error {
 	if err != nil {
 		return err
 	}
-	events(Event{path.Base(e.Repository()), fmt.Sprintf("pushed %s@%s", e.Repository(), e.Digest)})
+	events(image.Event{Image: path.Base(e.Repository()), Message: fmt.Sprintf("pushed %s@%s", e.Repository(), e.Digest)})
 	return nil
 }
 
 // attachments pushes what the layout attaches to the application images the destination lacks,
 // before their tags.
-func (lp *layoutPush) attachments(ctx context.Context, apps []LayoutEntry) error {
+func (lp *layoutPush) attachments(ctx context.Context, apps []Entry) error {
 	attachments, err := lp.l.Attachments()
 	if err != nil || len(attachments) == 0 {
 		return err
@@ -523,12 +538,12 @@ func (lp *layoutPush) attachments(ctx context.Context, apps []LayoutEntry) error
 		}
 		for _, p := range lp.result.Images {
 			if p.Repository == a.Repository() {
-				p.Attachments = append(p.Attachments, Attachment{Kind: attachmentKind(a), Digest: a.Digest,
+				p.Attachments = append(p.Attachments, image.Attachment{Kind: attachmentKind(a), Digest: a.Digest,
 					MediaType: a.ArtifactType, Reference: a.Reference})
 			}
 		}
 	}
-	lp.opts.Events(Event{"attachments", fmt.Sprintf("pushing what is attached to %d images", len(lacking))})
+	lp.opts.Events(image.Event{Image: "attachments", Message: fmt.Sprintf("pushing what is attached to %d images", len(lacking))})
 	return pushAttachments(ctx, lp.l, lp.opts.Destination, lacking)
 }
 
@@ -540,7 +555,7 @@ func platformsOf(idx v1.ImageIndex) []string {
 	var out []string
 	for _, d := range m.Manifests {
 		if d.Platform != nil {
-			out = append(out, Platform(d.Platform))
+			out = append(out, image.Platform(d.Platform))
 		}
 	}
 	return out

@@ -1,4 +1,4 @@
-package image
+package layout
 
 import (
 	"os"
@@ -15,7 +15,7 @@ import (
 func TestCheckLayoutDir(t *testing.T) {
 	layout := func(t *testing.T, extra ...string) string {
 		dir := filepath.Join(t.TempDir(), "layout")
-		l, err := OpenLayout(dir, nil)
+		l, err := Open(dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestCheckLayoutDir(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := c.dir(t)
-			err := CheckLayoutDir(dir, c.also...)
+			err := CheckDir(dir, c.also...)
 			switch {
 			case c.want == "" && err != nil:
 				t.Errorf("refused: %v", err)
@@ -67,7 +67,7 @@ func TestCheckLayoutDir(t *testing.T) {
 	blobs := layout(t)
 	os.RemoveAll(filepath.Join(blobs, "blobs"))
 	os.WriteFile(filepath.Join(blobs, "blobs"), nil, 0o644)
-	if err := CheckLayoutDir(blobs); !fault.IsInput(err) || !strings.Contains(err.Error(), "is a file, not the layout's folder of blobs") {
+	if err := CheckDir(blobs); !fault.IsInput(err) || !strings.Contains(err.Error(), "is a file, not the layout's folder of blobs") {
 		t.Errorf("blobs a file: %v", err)
 	}
 }

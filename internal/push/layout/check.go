@@ -1,4 +1,4 @@
-package image
+package layout
 
 import (
 	"crypto/sha256"
@@ -125,16 +125,16 @@ func (l *Layout) checkLayer(file string, d v1.Descriptor) error {
 // layoutNames are the entries of an OCI image layout's folder (image-spec's image-layout.md).
 var layoutNames = map[string]bool{"oci-layout": true, "index.json": true, "blobs": true}
 
-// CheckLayoutDir refuses, as a *fault.Input that names what it holds, a folder toa-push should
+// CheckDir refuses, as a *fault.Input that names what it holds, a folder toa-push should
 // not write an OCI layout into: one that holds files and is no layout (no oci-layout file), or a
 // layout that holds more than oci-layout, index.json, blobs/ and the entries named in also (the
 // kustomization folder written beside the images), besides what toa-push leaves while writing
 // (fsys.PartialPrefix files, a folder's ".NAME.new-" while it is replaced). A missing or empty
-// folder is fine (OpenLayout makes the layout), and so is an existing layout: toa-push adds to it.
-func CheckLayoutDir(dir string, also ...string) error {
+// folder is fine (Open makes the layout), and so is an existing layout: toa-push adds to it.
+func CheckDir(dir string, also ...string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil || len(entries) == 0 {
-		return nil // missing, or made by OpenLayout, which says why it cannot be
+		return nil // missing, or made by Open, which says why it cannot be
 	}
 	hint := "give --oci-layout a folder of its own (a missing or empty one), or an OCI layout toa-push wrote"
 	allowed := func(name string) bool {
