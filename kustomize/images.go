@@ -30,6 +30,10 @@ type deferred struct {
 	path     string // the kustomization file, absolute
 	stripped []byte // its text without images and imageTags
 	images   []types.Image
+	// resources are its resource files, absolute; partable that nothing in it ties one
+	// object to another (renderInParts)
+	resources []string
+	partable  bool
 }
 
 // imageName is what an images entry's name may hold for the deferral: its only regular
@@ -76,11 +80,13 @@ func deferImages(fs filesys.FileSystem, dir string) (*deferred, bool) {
 		k.HelmGlobals != nil {
 		return nil, false
 	}
+	var resources []string
 	for _, r := range k.Resources {
 		p := filepath.Join(abs.String(), r)
 		if strings.Contains(r, "://") || fs.IsDir(p) || !fs.Exists(p) {
 			return nil, false
 		}
+		resources = append(resources, p)
 	}
 	for _, img := range k.Images {
 		if !imageName.MatchString(img.Name) {
@@ -100,7 +106,7 @@ func deferImages(fs filesys.FileSystem, dir string) (*deferred, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &deferred{path: path, stripped: []byte(stripped), images: k.Images}, true
+	return &deferred{path: path, stripped: []byte(stripped), images: k.Images, resources: resources, partable: partable(k)}, true
 }
 
 // errNotDeferrable is an object the deferral cannot hold to kustomize's result: Render renders

@@ -42,7 +42,10 @@ func RemoteClient() *http.Client {
 // Option changes how Render renders.
 type Option func(*options)
 
-type options struct{ client *http.Client }
+type options struct {
+	client   *http.Client
+	partSize int // documents in a part of renderInParts; 0: defaultPartSize
+}
 
 // WithHTTPClient sets the client remote resources are fetched with. Default: RemoteClient().
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.client = c } }

@@ -7,6 +7,7 @@ package kustomize
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -47,9 +48,9 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string, opts ...Opti
 }
 
 // objectsOf are the rendered objects, in the order they are applied.
-func objectsOf(m resmap.ResMap, dir string) ([]*unstructured.Unstructured, error) {
-	out := make([]*unstructured.Unstructured, 0, m.Size())
-	for _, r := range m.Resources() {
+func objectsOf(rendered []*resource.Resource, dir string) ([]*unstructured.Unstructured, error) {
+	out := make([]*unstructured.Unstructured, 0, len(rendered))
+	for _, r := range rendered {
 		// through JSON, so that numbers are int64 and float64 as client-go expects them
 		data, err := r.MarshalJSON()
 		if err != nil {
@@ -66,10 +67,11 @@ func objectsOf(m resmap.ResMap, dir string) ([]*unstructured.Unstructured, error
 }
 
 // render runs kustomize on dir, with the kustomization's images applied after it where they
-// may be (deferImages) and defer allows.
-func render(ctx context.Context, fs filesys.FileSystem, dir string, o options, deferral bool) (resmap.ResMap, error) {
+// may be (deferImages) and defer allows, and its objects rendered in parts where they may be
+// (renderInParts).
+func render(ctx context.Context, fs filesys.FileSystem, dir string, o options, deferral bool) ([]*resource.Resource, error) {
 	type rendered struct {
-		m   resmap.ResMap
+		m   []*resource.Resource
 		err error
 	}
 	remote := newRemoteFiles(ctx, fs, o.client)
@@ -79,11 +81,22 @@ func render(ctx context.Context, fs filesys.FileSystem, dir string, o options, d
 	}
 	done := make(chan rendered, 1)
 	go func() { // left behind when ctx ends first: the command exits with the timeout
+		if deferred && deferral {
+			res, err := renderInParts(ctx, fs, d, cmp.Or(o.partSize, defaultPartSize))
+			if !errors.Is(err, errNotPartable) {
+				done <- rendered{res, err}
+				return
+			}
+		}
 		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(remote, dir)
 		if err == nil && deferred && deferral {
 			err = d.applyImages(m)
 		}
-		done <- rendered{m, err}
+		var res []*resource.Resource
+		if err == nil {
+			res = m.Resources()
+		}
+		done <- rendered{res, err}
 	}()
 	select {
 	case r := <-done:
