@@ -372,7 +372,9 @@ func (b *bench) largeTool(e *largeEnv, tool string, n int) (*largeResult, error)
 	if err := k("create", "namespace", ns); err != nil {
 		return nil, err
 	}
-	defer func() { _ = k("delete", "namespace", ns, "--wait=false") }()
+	// gone before the next tool starts: at 1,000 compositions the controllers and the API server
+	// spend minutes deleting 2,000 pods, which slowed the next tool's first apply by half
+	defer func() { _ = k("delete", "namespace", ns, "--wait=true", "--timeout=10m") }()
 	r := &largeResult{}
 	step := func(what, step string, gen int, wait, clock bool) (largeRun, error) {
 		if err := writeLarge(dir, tool, n, gen); err != nil {
