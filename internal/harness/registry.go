@@ -448,3 +448,22 @@ func fileExists(path string) bool {
 	info, err := os.Stat(path)
 	return err == nil && !info.IsDir()
 }
+
+// CompletedUploads are the digests of the blob uploads the registry completed, how many times
+// each, and the bytes they carried.
+func (r *Recorder) CompletedUploads() (count map[string]int, bytes int64) {
+	count = map[string]int{}
+	for _, req := range r.BlobUploads() {
+		q, _ := url.ParseQuery(req.Query)
+		if req.Status == http.StatusCreated {
+			count[q.Get("digest")]++
+			bytes += req.Bytes
+		}
+	}
+	return count, bytes
+}
+
+// Pings are how many times a client asked the registry's /v2/.
+func (r *Recorder) Pings() int {
+	return len(r.Filter(func(req Request) bool { return req.Method == http.MethodGet && req.Path == "/v2/" }))
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -35,12 +37,12 @@ func (o *orderLayers) record(what string, t Target) {
 
 func (o *orderLayers) Run(_ context.Context, lines []string, components []*toa.Component, t Target) (v1.Layer, error) {
 	o.record("run "+strings.Join(lines, "; "), t)
-	return tarLayer(map[string][]byte{"etc/" + fmt.Sprint(len(o.calls)): []byte(lines[0])})
+	return harness.TarLayer(map[string][]byte{"etc/" + fmt.Sprint(len(o.calls)): []byte(lines[0])})
 }
 
 func (o *orderLayers) Global(_ context.Context, lines []string, t Target) (v1.Layer, error) {
 	o.record("global "+strings.Join(lines, "; "), t)
-	return tarLayer(map[string][]byte{"usr/local/lib/node_modules/x/" + fmt.Sprint(len(o.calls)): []byte(lines[0])})
+	return harness.TarLayer(map[string][]byte{"usr/local/lib/node_modules/x/" + fmt.Sprint(len(o.calls)): []byte(lines[0])})
 }
 
 func (o *orderLayers) Dependencies(ctx context.Context, c *toa.Component, t Target, budget int) ([]v1.Layer, error) {
@@ -59,7 +61,7 @@ func TestDependencyImageOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := tarLayer(map[string][]byte{"bin/sh": []byte("a shell")})
+	l, _ := harness.TarLayer(map[string][]byte{"bin/sh": []byte("a shell")})
 	if base, err = mutate.AppendLayers(base, l); err != nil {
 		t.Fatal(err)
 	}

@@ -225,7 +225,7 @@ func TestPushToTLSRegistryOnLoopback(t *testing.T) {
 	addr, ca := harness.TLSRegistry(t)
 	baseAddr, _ := harness.RegistryWithLog(t)
 	baseRef := harness.PushLayeredBase(t, baseAddr)
-	dir := twoCompositions(t, addr, baseRef)
+	dir := harness.TwoCompositions(t, addr, baseRef)
 
 	reg, _ := registry.NewRegistries()
 	_, err := pushWith(context.Background(), t, dir, baseRef, reg)
@@ -259,7 +259,7 @@ func TestPushToRegistryWithCredentials(t *testing.T) {
 	addr, ca := harness.AuthRegistry(t)
 	baseAddr, _ := harness.RegistryWithLog(t)
 	baseRef := harness.PushLayeredBase(t, baseAddr)
-	dir := twoCompositions(t, addr, baseRef)
+	dir := harness.TwoCompositions(t, addr, baseRef)
 
 	config := dockerConfig(t)
 	push := func() (*Result, error) {

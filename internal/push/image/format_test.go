@@ -16,30 +16,6 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 )
 
-// memoryBase is a small base in the format given: the manifest's, the config's and the layers'
-// media types, with an annotation where the format has them.
-func memoryBase(t *testing.T, manifest, config, layer types.MediaType, arch string) v1.Image {
-	t.Helper()
-	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{OS: "linux", Architecture: arch, RootFS: v1.RootFS{Type: "layers"},
-		Config: v1.Config{Env: []string{"NODE_VERSION=20.0.0"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img = mutate.ConfigMediaType(mutate.MediaType(img, manifest), config)
-	l, err := tarLayer(map[string][]byte{"usr/local/bin/node": []byte("node of " + arch)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: layer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if manifest == types.OCIManifestSchema1 {
-		img = mutate.Annotations(img, map[string]string{"org.opencontainers.image.version": "20.0.0"}).(v1.Image)
-	}
-	return img
-}
-
 // built is what Push makes of one platform of a base: the dependencies image, the sources over
 // it, and the index of both platforms.
 func built(t *testing.T, bases ...v1.Image) v1.ImageIndex {
@@ -56,7 +32,7 @@ func built(t *testing.T, bases ...v1.Image) v1.ImageIndex {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, _ := tarLayer(map[string][]byte{"composition/a/index.js": []byte("1")})
+		l, _ := harness.TarLayer(map[string][]byte{"composition/a/index.js": []byte("1")})
 		img, err := sourcesImage(deps, []v1.Layer{l}, []string{"toa", "compose", "a"}, v1.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -82,8 +58,8 @@ func TestImagesAreOCIOnEveryBase(t *testing.T) {
 		{"OCI manifest of Docker layers", types.OCIManifestSchema1, types.OCIConfigJSON, types.DockerLayer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			amd64 := memoryBase(t, tc.manifest, tc.config, tc.layer, "amd64")
-			arm64 := memoryBase(t, tc.manifest, tc.config, tc.layer, "arm64")
+			amd64 := harness.FormatBase(t, tc.manifest, tc.config, tc.layer, "amd64")
+			arm64 := harness.FormatBase(t, tc.manifest, tc.config, tc.layer, "arm64")
 			idx := built(t, amd64, arm64)
 			if err := CheckOCI(idx); err != nil {
 				t.Fatal(err)
@@ -110,7 +86,7 @@ func TestOCIBaseKeepsItsDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := tarLayer(map[string][]byte{"a": []byte("a")})
+	l, _ := harness.TarLayer(map[string][]byte{"a": []byte("a")})
 	before, _ := mutate.Append(plain, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
 	after, _ := mutate.Append(converted, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
 	if a, b := digest(t, before), digest(t, after); a != b {
@@ -125,7 +101,7 @@ func memoryBaseWithout(t *testing.T) v1.Image {
 		t.Fatal(err)
 	}
 	img = mutate.ConfigMediaType(mutate.MediaType(img, types.OCIManifestSchema1), types.OCIConfigJSON)
-	l, _ := tarLayer(map[string][]byte{"usr/local/bin/node": []byte("node")})
+	l, _ := harness.TarLayer(map[string][]byte{"usr/local/bin/node": []byte("node")})
 	img, err = mutate.Append(img, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
 	if err != nil {
 		t.Fatal(err)
@@ -143,31 +119,31 @@ func digest(t *testing.T, img v1.Image) string {
 }
 
 func TestBasesThatCannotBeCarried(t *testing.T) {
-	foreign := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerForeignLayer, "amd64")
+	foreign := harness.FormatBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerForeignLayer, "amd64")
 	if _, err := baseAsOCI(foreign, "the base mcr.microsoft.com/windows"); err == nil || !strings.Contains(err.Error(), "vnd.docker.image.rootfs.foreign.diff.tar.gzip") {
 		t.Errorf("a foreign layer: %v", err)
 	}
-	artifact := mutate.ConfigMediaType(memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"), "application/vnd.cncf.helm.config.v1+json")
+	artifact := mutate.ConfigMediaType(harness.FormatBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"), "application/vnd.cncf.helm.config.v1+json")
 	if _, err := baseAsOCI(artifact, "the base"); err == nil || !strings.Contains(err.Error(), "is not an image") {
 		t.Errorf("an artifact: %v", err)
 	}
 }
 
 func TestCheckOCIRefusesMixedFormats(t *testing.T) {
-	docker := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
-	l, _ := tarLayer(map[string][]byte{"a": []byte("a")})
+	docker := harness.FormatBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
+	l, _ := harness.TarLayer(map[string][]byte{"a": []byte("a")})
 	// what toa-push wrote before it converted: a Docker manifest with an OCI layer, in an OCI index
 	mixed, _ := mutate.Append(docker, mutate.Addendum{Layer: l, MediaType: types.OCILayer})
-	annotated := mutate.Annotations(memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"), nil).(v1.Image)
-	wrongPlatform := memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "arm64")
+	annotated := mutate.Annotations(harness.FormatBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"), nil).(v1.Image)
+	wrongPlatform := harness.FormatBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "arm64")
 	for _, tc := range []struct {
 		name string
 		idx  v1.ImageIndex
 		want string
 	}{
-		{"a Docker manifest in an OCI index", oneImage(types.OCIImageIndex, mixed, "amd64"), "not an OCI image manifest"},
-		{"a Docker manifest list", oneImage(types.DockerManifestList, annotated, "amd64"), "not an OCI image index"},
-		{"a platform the config does not say", oneImage(types.OCIImageIndex, wrongPlatform, "amd64"), "its config says linux/arm64, the index linux/amd64"},
+		{"a Docker manifest in an OCI index", harness.OneImage(types.OCIImageIndex, mixed, "amd64"), "not an OCI image manifest"},
+		{"a Docker manifest list", harness.OneImage(types.DockerManifestList, annotated, "amd64"), "not an OCI image index"},
+		{"a platform the config does not say", harness.OneImage(types.OCIImageIndex, wrongPlatform, "amd64"), "its config says linux/arm64, the index linux/amd64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := CheckOCI(tc.idx); err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -177,15 +153,10 @@ func TestCheckOCIRefusesMixedFormats(t *testing.T) {
 	}
 }
 
-func oneImage(mt types.MediaType, img v1.Image, arch string) v1.ImageIndex {
-	return mutate.AppendManifests(mutate.IndexMediaType(empty.Index, mt),
-		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
-}
-
 // A dependencies image read back keeps its annotations (where its base was read), so that the
 // images built over it are those a build from nothing makes.
 func TestDependenciesKeepTheirAnnotations(t *testing.T) {
-	deps := mutate.Annotations(memoryBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"),
+	deps := mutate.Annotations(harness.FormatBase(t, types.OCIManifestSchema1, types.OCIConfigJSON, types.OCILayer, "amd64"),
 		map[string]string{AnnotationBaseName: "node:20"}).(v1.Image)
 	again, err := asOCI(deps, "the dependencies image")
 	if err != nil {
@@ -264,12 +235,12 @@ func TestNestedIndexBase(t *testing.T) {
 	if len(b.Platforms) != 2 || b.Platforms["linux/amd64"] != a.Platforms["linux/amd64"] || b.Platforms["linux/arm64"] != a.Platforms["linux/arm64"] {
 		t.Fatalf("nested %v, flat %v", b.Platforms, a.Platforms)
 	}
-	onFlat, err := pushWith(ctx, t, twoCompositions(t, addr, flat), flat, reg)
+	onFlat, err := pushWith(ctx, t, harness.TwoCompositions(t, addr, flat), flat, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := harness.Registry(t) // built anew there, not found where the flat push left it
-	onNested, err := pushWith(ctx, t, twoCompositions(t, other, nestedRef.String()), nestedRef.String(), reg)
+	onNested, err := pushWith(ctx, t, harness.TwoCompositions(t, other, nestedRef.String()), nestedRef.String(), reg)
 	if err != nil {
 		t.Fatalf("push on the nested base: %v", err)
 	}

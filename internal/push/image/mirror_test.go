@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
@@ -79,7 +80,7 @@ func testMirrored(t *testing.T, r registries) {
 	base := r.base(t, origin)
 	copied := mirror + "/copies/" + strings.SplitN(base, "/", 2)[1]
 	copyBase(t, base, copied)
-	dir := twoCompositions(t, r.registry(t), base)
+	dir := harness.TwoCompositions(t, r.registry(t), base)
 	app, err := toa.Load(dir, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func testMirrored(t *testing.T, r registries) {
 	if n := len(originLog.Requests()); n != 0 {
 		t.Errorf("the registry the context names was asked %d times: %+v", n, originLog.Requests())
 	}
-	idx, m := readIndex(t, result.Images[0].Reference())
+	idx, m := harness.ReadIndex(t, result.Images[0].Reference())
 	if m.Annotations[AnnotationBaseName] != base || m.Annotations[AnnotationBaseMirror] != copied {
 		t.Errorf("index annotations: %v", m.Annotations)
 	}
@@ -144,23 +145,6 @@ func copyBase(t *testing.T, from, to string) {
 	if err := remote.WriteIndex(dst, idx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func readIndex(t *testing.T, ref string) (v1.ImageIndex, *v1.IndexManifest) {
-	t.Helper()
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := remote.Index(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return idx, m
 }
 
 // A registry that refuses connections fails the resolution at once, naming the mirror, the host

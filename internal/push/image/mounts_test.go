@@ -10,68 +10,11 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/toa-deploy/toa-deploy/internal/harness"
 	"github.com/toa-deploy/toa-deploy/internal/registry"
 )
-
-// distinctBlobs walks every tag of the registry's repositories and returns the size of each
-// distinct blob (configs and layers) their images hold.
-func distinctBlobs(t *testing.T, addr string) map[string]int64 {
-	t.Helper()
-	reg, err := name.NewRegistry(addr, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	repos, err := remote.Catalog(context.Background(), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, repo := range repos {
-		tags, err := remote.List(reg.Repo(repo))
-		if err != nil {
-			continue // blobs only
-		}
-		for _, tag := range tags {
-			idx, err := remote.Index(reg.Repo(repo).Tag(tag))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, _ := idx.IndexManifest()
-			for _, d := range m.Manifests {
-				img, err := idx.Image(d.Digest)
-				if err != nil {
-					t.Fatal(err)
-				}
-				im, _ := img.Manifest()
-				for _, b := range append([]v1.Descriptor{im.Config}, im.Layers...) {
-					out[b.Digest.String()] = b.Size
-				}
-			}
-		}
-	}
-	return out
-}
-
-// uploads returns the digests of the completed blob uploads and the bytes of each.
-func uploads(rec *harness.Recorder) (count map[string]int, bytes int64) {
-	count = map[string]int{}
-	for _, r := range rec.BlobUploads() {
-		q, _ := url.ParseQuery(r.Query)
-		if r.Status == http.StatusCreated {
-			count[q.Get("digest")]++
-			bytes += r.Bytes
-		}
-	}
-	return count, bytes
-}
-
-func pings(rec *harness.Recorder) int {
-	return len(rec.Filter(func(r harness.Request) bool { return r.Method == http.MethodGet && r.Path == "/v2/" }))
-}
 
 // The first push of an application of two compositions whose base is on another registry sends
 // each distinct blob once: the base's layers go to the first composition's repository, and the
@@ -81,7 +24,7 @@ func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 	baseAddr, baseRec := harness.RegistryWithLog(t)
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
-	dir := twoCompositions(t, addr, baseRef)
+	dir := harness.TwoCompositions(t, addr, baseRef)
 	baseRec.Reset()
 
 	reg, err := registry.NewRegistries()
@@ -91,16 +34,16 @@ func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
 		t.Fatal(err)
 	}
-	rec, basePings := rec.Snapshot(), pings(baseRec)
+	rec, basePings := rec.Snapshot(), baseRec.Pings()
 	if err := harness.Complete(context.Background(), addr); err != nil {
 		t.Fatal(err)
 	}
-	distinct := distinctBlobs(t, addr)
+	distinct := harness.DistinctBlobs(t, addr)
 	var want int64
 	for _, size := range distinct {
 		want += size
 	}
-	count, sent := uploads(rec)
+	count, sent := rec.CompletedUploads()
 	t.Logf("sent %d bytes in %d uploads and %d mounts, %d requests; the distinct blobs are %d bytes in %d blobs",
 		sent, len(rec.BlobUploads()), len(rec.Mounts()), len(rec.Requests()), want, len(distinct))
 	for d, n := range count {
@@ -120,7 +63,7 @@ func TestFirstPushSendsEachBlobOnce(t *testing.T) {
 	if mounted == 0 {
 		t.Errorf("nothing was mounted: %+v", rec.Mounts())
 	}
-	if p := pings(rec); p != 1 {
+	if p := rec.Pings(); p != 1 {
 		t.Errorf("%d pings of the target registry, want 1", p)
 	}
 	if p := basePings; p != 1 {
@@ -155,7 +98,7 @@ func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
 	baseAddr, _ := harness.RegistryWithLog(t)
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
-	dir := twoCompositions(t, addr, baseRef)
+	dir := harness.TwoCompositions(t, addr, baseRef)
 	memory := t.TempDir()
 
 	reg, _ := registry.NewRegistries(registry.WithMemory(memory))
@@ -171,7 +114,7 @@ func TestLaterRunMountsWhatAnEarlierOneSent(t *testing.T) {
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {
 		t.Fatal(err)
 	}
-	count, sent := uploads(rec)
+	count, sent := rec.CompletedUploads()
 	t.Logf("the new composition: %d bytes sent in %d uploads, %d mounts", sent, len(count), len(rec.Mounts()))
 	base := distinctBaseLayers(t, baseRef)
 	for d := range count {
@@ -218,7 +161,7 @@ func TestRegistryThatDoesNotMount(t *testing.T) {
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	target := harness.FaultyRegistry(t)
 	target.Inject(harness.Fault{Match: harness.Mount, Kind: harness.NoMount})
-	dir := twoCompositions(t, target.Addr, baseRef)
+	dir := harness.TwoCompositions(t, target.Addr, baseRef)
 	var notices []string
 	reg, _ := registry.NewRegistries(registry.WithNotify(func(s string) { notices = append(notices, s) }))
 	if _, err := pushWith(context.Background(), t, dir, baseRef, reg); err != nil {

@@ -1,11 +1,8 @@
 package image
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +11,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
 	"github.com/toa-deploy/toa-deploy/internal/harness"
@@ -26,35 +22,6 @@ import (
 // is tested against a real registry without npm. The layer package has its own tests.
 type fakeLayers struct {
 	failSources string // a component id whose sources fail
-}
-
-func tarLayer(files map[string][]byte) (v1.Layer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	var names []string
-	for n := range files {
-		names = append(names, n)
-	}
-	sortStrings(names)
-	for _, n := range names {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
-		}
-		tw.Write(files[n])
-	}
-	tw.Close()
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-}
-
-func sortStrings(s []string) {
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
 }
 
 func (f fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
@@ -69,7 +36,7 @@ func (f fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 			files["composition/"+c.Locator.Label+"/"+e.Name()] = data
 		}
 	}
-	return tarLayer(files)
+	return harness.TarLayer(files)
 }
 
 func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target, _ int) ([]v1.Layer, error) {
@@ -77,7 +44,7 @@ func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target, _ 
 		return nil, nil
 	}
 	pkg, _ := os.ReadFile(c.PackageJSON)
-	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
+	l, err := harness.TarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, Platform(&t.Platform)...)})
 	if err != nil {
 		return nil, err
 	}
@@ -85,30 +52,6 @@ func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t Target, _ 
 }
 
 func (fakeLayers) Global(context.Context, []string, Target) (v1.Layer, error) { return nil, nil }
-
-// twoCompositions writes an application of two compositions on the test base, for two platforms.
-func twoCompositions(t *testing.T, registry, base string) string {
-	dir := t.TempDir()
-	files := map[string]string{
-		"context.toa.yaml": "name: shop\nruntime: 1.0.0-alpha.289\nregistry:\n  base: " + registry +
-			"\n  platforms: [linux/amd64, linux/arm64]\n  build:\n    image: " + base +
-			"\ncompositions:\n  - name: front\n    components: [shop.orders]\n  - name: back\n    components: [shop.prices]\n",
-		"components/shop.orders/manifest.toa.yaml": "operations: {}\n",
-		"components/shop.orders/package.json":      `{"name":"orders","dependencies":{"a":"1"}}`,
-		"components/shop.orders/index.js":          "exports.a = 1\n",
-		"components/shop.prices/manifest.toa.yaml": "operations: {}\n",
-		"components/shop.prices/package.json":      `{"name":"prices","dependencies":{"b":"1"}}`,
-		"components/shop.prices/index.js":          "exports.b = 1\n",
-	}
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		os.MkdirAll(filepath.Dir(full), 0o755)
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 func pushOnce(t *testing.T, dir, base string, layers Layers) (*Result, error) {
 	t.Helper()
@@ -164,7 +107,7 @@ func TestPushAgainstTheMemoryRegistry(t *testing.T) { testPush(t, memory) }
 func testPush(t *testing.T, r registries) {
 	addr, rec := r.withLog(t)
 	base := r.base(t, addr)
-	dir := twoCompositions(t, addr, base)
+	dir := harness.TwoCompositions(t, addr, base)
 
 	rec.Reset()
 	first, err := pushOnce(t, dir, base, fakeLayers{})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/toa-deploy/toa-deploy/internal/harness"
+
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
@@ -25,7 +27,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 	origin := r.registry(t)
 	base := r.base(t, origin)
 	target, targetLog := r.withLog(t)
-	dir := twoCompositions(t, target, base)
+	dir := harness.TwoCompositions(t, target, base)
 	app, err := toa.Load(dir, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +91,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 			t.Fatal(err)
 		}
 		direct := r.registry(t)
-		other := twoCompositions(t, direct, base)
+		other := harness.TwoCompositions(t, direct, base)
 		straight, err := pushTo(t, other, base, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +111,7 @@ func testLayoutThenRegistry(t *testing.T, r registries) {
 			if !p.Copied || p.Digest != inLayout[p.Name] || p.Digest != straightDigests[p.Name] || len(p.Platforms) != 2 {
 				t.Errorf("%+v: layout %s, direct %s", p, inLayout[p.Name], straightDigests[p.Name])
 			}
-			if _, m := readIndex(t, p.Reference()); len(m.Manifests) != 2 {
+			if _, m := harness.ReadIndex(t, p.Reference()); len(m.Manifests) != 2 {
 				t.Errorf("%s reads back with %d manifests", p.Reference(), len(m.Manifests))
 			}
 		}

@@ -20,14 +20,14 @@ import (
 // A layout an earlier toa-push wrote on a Docker base (a Docker manifest of OCI layers) is
 // refused before anything is pushed, as bad input, with what to do.
 func TestPushLayoutRefusesMixedFormats(t *testing.T) {
-	docker := memoryBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
-	oci, _ := tarLayer(map[string][]byte{"a": []byte("a")})
+	docker := harness.FormatBase(t, types.DockerManifestSchema2, types.DockerConfigJSON, types.DockerLayer, "amd64")
+	oci, _ := harness.TarLayer(map[string][]byte{"a": []byte("a")})
 	mixed, _ := mutate.Append(docker, mutate.Addendum{Layer: oci, MediaType: types.OCILayer})
 	l, err := Open(filepath.Join(t.TempDir(), "layout"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Write(t.Context(), "registry.internal/shop/composition-front:1a2b3c4d", oneImage(types.OCIImageIndex, mixed, "amd64")); err != nil {
+	if _, err := l.Write(t.Context(), "registry.internal/shop/composition-front:1a2b3c4d", harness.OneImage(types.OCIImageIndex, mixed, "amd64")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Push(t.Context(), l, image.PushOptions{Destination: refusingDestination{t: t}})
@@ -65,7 +65,7 @@ func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 	baseAddr, _ := harness.RegistryWithLog(t)
 	baseRef := harness.PushLayeredBase(t, baseAddr)
 	addr, rec := harness.RegistryWithLog(t)
-	dir := twoCompositions(t, addr, baseRef)
+	dir := harness.TwoCompositions(t, addr, baseRef)
 	layoutDir := filepath.Join(t.TempDir(), "layout")
 	l, err := Open(layoutDir, nil)
 	if err != nil {
@@ -84,12 +84,12 @@ func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec = rec.Snapshot()
-	distinct := distinctBlobs(t, addr)
+	distinct := harness.DistinctBlobs(t, addr)
 	var want int64
 	for _, size := range distinct {
 		want += size
 	}
-	count, sent := uploads(rec)
+	count, sent := rec.CompletedUploads()
 	t.Logf("from the layout: %d bytes sent in %d uploads and %d mounts; the distinct blobs are %d bytes", sent, len(count), len(rec.Mounts()), want)
 	for d, n := range count {
 		if n > 1 {
@@ -99,7 +99,7 @@ func TestLayoutPushSendsEachBlobOnce(t *testing.T) {
 	if sent != want {
 		t.Errorf("sent %d bytes of blobs, the distinct blobs are %d bytes", sent, want)
 	}
-	if p := pings(rec); p != 1 {
+	if p := rec.Pings(); p != 1 {
 		t.Errorf("%d pings, want 1", p)
 	}
 }

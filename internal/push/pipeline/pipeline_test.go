@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
@@ -93,29 +90,6 @@ func copyApp(t *testing.T, app, registry string) string {
 // package has its own tests.
 type fakeLayers struct{}
 
-func tarLayer(files map[string][]byte) (v1.Layer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(files[n]); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
-}
-
 func (fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 	files := map[string][]byte{}
 	for _, c := range components {
@@ -133,7 +107,7 @@ func (fakeLayers) Sources(components []*toa.Component) (v1.Layer, error) {
 			}
 		}
 	}
-	return tarLayer(files)
+	return harness.TarLayer(files)
 }
 
 func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Target, _ int) ([]v1.Layer, error) {
@@ -144,7 +118,7 @@ func (fakeLayers) Dependencies(_ context.Context, c *toa.Component, t image.Targ
 	if err != nil {
 		return nil, err
 	}
-	l, err := tarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
+	l, err := harness.TarLayer(map[string][]byte{"composition/" + c.Locator.Label + "/node_modules/.installed": append(pkg, t.Platform.Architecture...)})
 	if err != nil {
 		return nil, err
 	}
