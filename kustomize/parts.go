@@ -63,6 +63,10 @@ func renderInParts(ctx context.Context, fs filesys.FileSystem, d *deferred, part
 	if err != nil {
 		return nil, err
 	}
+	kustomization, err := partKustomization(d)
+	if err != nil {
+		return nil, err
+	}
 	rendered := make([][]*resource.Resource, len(texts))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(partsAtOnce)
@@ -71,7 +75,7 @@ func renderInParts(ctx context.Context, fs filesys.FileSystem, d *deferred, part
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			res, err := renderPart(d, text)
+			res, err := renderPart(d, kustomization, text)
 			rendered[i] = res
 			return err
 		})
@@ -130,21 +134,28 @@ func partTexts(fs filesys.FileSystem, files []string, partSize int) ([]string, e
 	return texts, nil
 }
 
-// renderPart renders one part's documents with d's kustomization, its images applied after.
-func renderPart(d *deferred, text string) ([]*resource.Resource, error) {
+// partKustomization is d's kustomization without its images, whose one resource is part.yaml:
+// the same for every part.
+func partKustomization(d *deferred) (string, error) {
 	k, err := yaml.Parse(string(d.stripped))
 	if err != nil {
-		return nil, errNotPartable
+		return "", errNotPartable
 	}
 	if err := k.PipeE(yaml.SetField("resources", yaml.NewListRNode("part.yaml"))); err != nil {
-		return nil, errNotPartable
+		return "", errNotPartable
 	}
-	kText, err := k.String()
+	text, err := k.String()
 	if err != nil {
-		return nil, errNotPartable
+		return "", errNotPartable
 	}
+	return text, nil
+}
+
+// renderPart renders one part's documents with the part's kustomization, d's images applied
+// after.
+func renderPart(d *deferred, kustomization, text string) ([]*resource.Resource, error) {
 	mem := filesys.MakeFsInMemory()
-	for name, data := range map[string]string{"kustomization.yaml": kText, "part.yaml": text} {
+	for name, data := range map[string]string{"kustomization.yaml": kustomization, "part.yaml": text} {
 		if err := mem.WriteFile(filepath.Join("/part", name), []byte(data)); err != nil {
 			return nil, fmt.Errorf("render in parts: %w", err)
 		}
