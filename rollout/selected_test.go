@@ -86,8 +86,7 @@ func TestMarked(t *testing.T) {
 	other := &target{ref: Ref{Group: "apps", Kind: "Deployment", Namespace: "other", Name: "a"}, selector: sel("app=a")}
 	w := &watches{dirty: map[*target]bool{}, byName: map[string][]*target{}, byPair: map[string][]*target{}, unindexed: map[string][]*target{}}
 	for _, tg := range []*target{a, b, c, other} {
-		key := "apps/Deployment/" + tg.ref.Namespace + "/" + tg.ref.Name
-		w.byName[key] = append(w.byName[key], tg)
+		w.byKey("apps/Deployment/"+tg.ref.Namespace, tg)
 		w.bySelector(tg)
 	}
 	podOf := func(ns string, l map[string]string) *corev1.Pod {

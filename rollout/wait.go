@@ -299,7 +299,7 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 	partOf := LabelPartOf + "=" + res.Set.ID
 	for _, t := range targets {
 		key := t.ref.Group + "/" + t.ref.Kind + "/" + t.ref.Namespace
-		w.byName[key+"/"+t.ref.Name] = append(w.byName[key+"/"+t.ref.Name], t)
+		w.byKey(key, t)
 		if w.objects[key] == nil {
 			inf, err := objectInformer(c, t.ref, partOf)
 			if err != nil {
@@ -347,9 +347,19 @@ func watchTargets(ctx context.Context, c *client, res *Result, targets []*target
 	return w, nil
 }
 
+// byKey files a target under its informer's key and its name, so that its object's change finds
+// it. The informers started before it already deliver events: the maps are the lock's.
+func (w *watches) byKey(key string, t *target) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byName[key+"/"+t.ref.Name] = append(w.byName[key+"/"+t.ref.Name], t)
+}
+
 // bySelector files a workload under the label pair its selector requires, so that a pod's or
 // ReplicaSet's change finds it.
 func (w *watches) bySelector(t *target) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	ns := t.ref.Namespace
 	if pair, ok := indexedPair(t.selector); ok {
 		w.byPair[ns+"/"+pair] = append(w.byPair[ns+"/"+pair], t)
