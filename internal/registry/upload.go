@@ -560,9 +560,9 @@ func shortDigest(d string) string {
 }
 
 // once is one try: mount from another repository where there is one, else ask whether the
-// repository has the blob (first try only) and send it.
+// repository has the blob (first try only, and not for a Fresh blob) and send it.
 func (w *writer) once(ctx context.Context, l v1.Layer, digest string, size int64, from string, first bool) error {
-	if from == "" && first {
+	if from == "" && first && !isFresh(l) {
 		has, err := w.head(ctx, digest)
 		if err != nil {
 			return err
@@ -755,6 +755,20 @@ func (b *hashingBody) mismatch(digest string, size int64) string {
 		return ""
 	}
 	return got
+}
+
+// Fresh marks a blob that this run made and that names what this run made (a document that
+// names a new image's digest): no registry holds it unless an earlier run pushed that very image,
+// so it is sent without asking first. The question would cost a round trip on the path of every
+// push that writes it (POST and PUT instead of HEAD, POST and PUT), the answer a few bytes sent
+// again after a failed run.
+func Fresh(l v1.Layer) v1.Layer { return freshLayer{l} }
+
+type freshLayer struct{ v1.Layer }
+
+func isFresh(l v1.Layer) bool {
+	_, ok := l.(freshLayer)
+	return ok
 }
 
 // cachedFile is a layer kept in a file of toa-push's cache (the layer package's layers).

@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/toa-deploy/toa-deploy/internal/registry"
 )
 
 // emptyConfig is the config of an artifact manifest (OCI image spec 1.1, manifest.md, "Guidance
@@ -23,6 +25,12 @@ const AnnotationTitle = "org.opencontainers.image.title"
 // config. It is an OCI image manifest (not the withdrawn artifact manifest), so registries
 // without OCI 1.1 store it as any image.
 func Artifact(doc []byte, mediaType, artifactType, title string, subject v1.Descriptor, annotations map[string]string) (v1.Image, error) {
+	return artifactOf(doc, mediaType, artifactType, title, subject, annotations, false)
+}
+
+// artifactOf is Artifact; a fresh document (one that names its subject's digest, such as an
+// image's provenance) is marked registry.Fresh, so that a registry is not asked for it first.
+func artifactOf(doc []byte, mediaType, artifactType, title string, subject v1.Descriptor, annotations map[string]string, fresh bool) (v1.Image, error) {
 	docDigest, docSize, err := v1.SHA256(bytes.NewReader(doc))
 	if err != nil {
 		return nil, err
@@ -47,11 +55,35 @@ func Artifact(doc []byte, mediaType, artifactType, title string, subject v1.Desc
 	if err != nil {
 		return nil, err
 	}
+	docLayer := static.NewLayer(doc, types.MediaType(mediaType))
+	if fresh {
+		docLayer = registry.Fresh(docLayer)
+	}
 	a := &artifact{manifest: raw, blobs: map[v1.Hash]v1.Layer{
-		docDigest: static.NewLayer(doc, types.MediaType(mediaType)),
+		docDigest: docLayer,
 		cfgDigest: static.NewLayer(emptyConfig, MediaTypeEmpty),
 	}}
-	return partial.CompressedToImage(a)
+	img, err := partial.CompressedToImage(a)
+	if err != nil {
+		return nil, err
+	}
+	return &artifactImage{Image: img, doc: docLayer}, nil
+}
+
+// artifactImage is an artifact whose document is the layer it was made with, as it was made:
+// partial.CompressedToImage wraps each layer in its own type, which would hide registry.Fresh.
+type artifactImage struct {
+	v1.Image
+	doc v1.Layer
+}
+
+func (a *artifactImage) Layers() ([]v1.Layer, error) { return []v1.Layer{a.doc}, nil }
+
+func (a *artifactImage) LayerByDigest(h v1.Hash) (v1.Layer, error) {
+	if d, err := a.doc.Digest(); err == nil && d == h {
+		return a.doc, nil
+	}
+	return a.Image.LayerByDigest(h)
 }
 
 type artifact struct {

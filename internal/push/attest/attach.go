@@ -137,8 +137,10 @@ func (a *attaching) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// it names the index's digest: no registry holds it yet, and it is sent without asking (the
+	// question was the one round trip the attachments added to a code change's push)
 	onIndex.docs = append(onIndex.docs, document{kind: "provenance", doc: prov, mediaType: MediaTypeInToto, title: ProvenanceFile,
-		annotations: map[string]string{AnnotationPredicateType: PredicateSLSAProvenance}})
+		annotations: map[string]string{AnnotationPredicateType: PredicateSLSAProvenance}, fresh: true})
 	subjects = append(subjects, onIndex)
 	if err := a.referAll(ctx, subjects); err != nil {
 		return err
@@ -163,6 +165,7 @@ type document struct {
 	doc              []byte
 	mediaType, title string
 	annotations      map[string]string
+	fresh            bool // it names what this push made: no registry holds it yet (registry.Fresh)
 }
 
 // subjectReferrers are the documents attached to one manifest.
@@ -204,7 +207,7 @@ func (a *attaching) refer(ctx context.Context, s subjectReferrers) ([]image.Atta
 		for k, v := range d.annotations {
 			ann[k] = v
 		}
-		art, err := Artifact(d.doc, d.mediaType, d.mediaType, d.title, s.subject, ann)
+		art, err := artifactOf(d.doc, d.mediaType, d.mediaType, d.title, s.subject, ann, d.fresh)
 		if err != nil {
 			return nil, image.Sent{}, err
 		}
