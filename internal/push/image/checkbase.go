@@ -106,11 +106,11 @@ func (b *builder) baseChecks(ctx context.Context, images []*Image) ([]*baseCheck
 		if len(work.Shell) == 0 && len(work.Scripts) == 0 {
 			continue
 		}
-		digest, err := b.opts.Destination.Digest(ctx, img.DepsReference())
+		deps, err := b.depsIndex(ctx, img) // read whole: the build takes it from there
 		if err != nil {
 			return nil, err
 		}
-		if digest != "" {
+		if deps != nil {
 			continue // nothing runs in a base when the dependencies image is there
 		}
 		for _, platform := range img.Platforms {

@@ -120,7 +120,8 @@ func Push(ctx context.Context, app *toa.Application, plan *Plan, opts PushOption
 		}
 		opts.Events(Event{img.Name, "exists " + img.Reference()})
 	}
-	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]*libcLook{}}
+	b := &builder{app: app, opts: opts, created: v1.Time{Time: opts.Epoch}, libc: map[string]*libcLook{},
+		deps: map[string]v1.ImageIndex{}}
 	toBuild := make([]*Image, len(missing))
 	for k, i := range missing {
 		toBuild[k] = plan.images[i]
@@ -205,7 +206,8 @@ type builder struct {
 	created v1.Time // of every config and history entry
 
 	mu   sync.Mutex
-	libc map[string]*libcLook // base digest → its libc, looked for once
+	libc map[string]*libcLook     // base digest → its libc, looked for once
+	deps map[string]v1.ImageIndex // deps reference → its index, nil where it is missing (depsIndex)
 }
 
 // libcLook is the look for one base's libc: each digest's once, by whoever asks first or by
@@ -325,7 +327,7 @@ type depsImages struct {
 // dependencies returns the dependencies image of each platform: from the destination when its
 // tag is there, else built on the base and written there.
 func (b *builder) dependencies(ctx context.Context, src *registry.Registries, img *Image, pushed *Pushed, sent *Sent) (*depsImages, error) {
-	idx, err := b.opts.Destination.Index(ctx, img.DepsReference())
+	idx, err := b.depsIndex(ctx, img)
 	if err != nil {
 		return nil, err
 	}
@@ -435,28 +437,74 @@ func (b *builder) platformDependencies(ctx, work context.Context, src *registry.
 	return d, target, nil
 }
 
+// depsIndex reads the image's dependencies image by its tag, nil when the destination lacks
+// it, once a push: the check of the bases (baseChecks) asks first where the build may work in a
+// base, and the build takes its answer, one round trip where a HEAD and a GET were two.
+func (b *builder) depsIndex(ctx context.Context, img *Image) (v1.ImageIndex, error) {
+	ref := img.DepsReference()
+	b.mu.Lock()
+	idx, read := b.deps[ref]
+	b.mu.Unlock()
+	if read {
+		return idx, nil
+	}
+	idx, err := b.opts.Destination.Index(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.deps[ref] = idx
+	b.mu.Unlock()
+	return idx, nil
+}
+
+// fromIndex reads the platforms' images of a dependencies image, their manifests and configs
+// (which the build reads next), the platforms at once: two round trips, not two a platform.
 func fromIndex(idx v1.ImageIndex) (*depsImages, error) {
 	m, err := idx.IndexManifest()
 	if err != nil {
 		return nil, err
 	}
-	out := &depsImages{annotations: m.Annotations}
-	for _, d := range m.Manifests {
-		img, err := idx.Image(d.Digest)
-		if err != nil {
-			return nil, err
+	out := &depsImages{annotations: m.Annotations, images: make([]v1.Image, len(m.Manifests)),
+		targets: make([]Target, len(m.Manifests))}
+	var g errgroup.Group
+	for i, d := range m.Manifests {
+		if d.Platform == nil {
+			return nil, fmt.Errorf("the dependencies image %s names no platform", d.Digest)
 		}
-		// one written by an earlier toa-push may be a Docker manifest of OCI layers
-		if img, err = asOCI(img, "the dependencies image "+d.Digest.String()); err != nil {
-			return nil, err
-		}
-		out.images = append(out.images, img)
-		out.targets = append(out.targets, Target{Platform: *d.Platform})
+		out.targets[i] = Target{Platform: *d.Platform}
+		g.Go(func() error {
+			img, err := dependenciesPlatform(idx, d)
+			out.images[i] = img
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for _, img := range out.images {
 		if n, err := layerCount(img); err == nil && n > out.layers {
 			out.layers = n
 		}
 	}
 	return out, nil
+}
+
+// dependenciesPlatform reads one platform's image of a dependencies image: its manifest, as
+// OCI's, and its config.
+func dependenciesPlatform(idx v1.ImageIndex, d v1.Descriptor) (v1.Image, error) {
+	img, err := idx.Image(d.Digest)
+	if err != nil {
+		return nil, err
+	}
+	// one written by an earlier toa-push may be a Docker manifest of OCI layers
+	if img, err = asOCI(img, "the dependencies image "+d.Digest.String()); err != nil {
+		return nil, err
+	}
+	if _, err := img.RawConfigFile(); err != nil {
+		return nil, fmt.Errorf("read the config of the dependencies image %s: %w", d.Digest, err)
+	}
+	return img, nil
 }
 
 func layerCount(img v1.Image) (int, error) {
