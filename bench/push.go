@@ -145,6 +145,9 @@ func (b *bench) pushes() error {
 	if b.debian == "" {
 		return fmt.Errorf("no bench base: set BENCH_ROOTFS_AMD64 (testdata/bench.sh does)")
 	}
+	if before := os.Getenv("BENCH_PUSH_AB"); before != "" {
+		return b.pairedCodeChanges(before) // pushab.go: the code change alone, paired with another build
+	}
 	if b.peers {
 		if err := b.prepareBuildah(); err != nil {
 			return err
