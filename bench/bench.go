@@ -38,6 +38,7 @@ type bench struct {
 	debianPlatforms          []string
 	npmCache, libcCache      string // warm caches shared by every toa-push run
 	peerArm64                bool   // buildah can RUN for linux/arm64 (qemu-user-static, binfmt_misc)
+	farLog                   farLog // the requests through the far registry of item 1's paired run (pushab.go)
 }
 
 func newBench(ctx context.Context) (*bench, error) {

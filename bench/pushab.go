@@ -2,11 +2,17 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Item 1's code change, paired: with BENCH_PUSH_AB naming another toa-push (an earlier
@@ -14,7 +20,9 @@ import (
 // then in each of BENCH_PUSH_AB_ROUNDS rounds (15) crane append and the two builds, each with
 // the default attachments and with --sbom none, push a one-line code change each, in an order
 // that turns with the round; the ratios are taken round by round, so that what the machine's
-// load does to one round it does to all five of its pushes.
+// load does to one round it does to all five of its pushes. BENCH_PUSH_AB_RTT (a Go duration,
+// none by default) puts the registry that far away for these pushes, crane's too: each request
+// waits that long before it goes on, as a round trip to a registry across a network would.
 
 // abVariant is one of the pushes of a round.
 type abVariant struct {
@@ -33,6 +41,12 @@ func (b *bench) pairedCodeChanges(before string) error {
 		{key: "before", title: "the build before, default attachments", bin: before},
 		{key: "now-none", title: "this build, `--sbom none`", bin: b.toaPush, none: true},
 		{key: "before-none", title: "the build before, `--sbom none`", bin: before, none: true}}
+	rtt := time.Duration(0)
+	if d, err := time.ParseDuration(os.Getenv("BENCH_PUSH_AB_RTT")); err == nil && d > 0 {
+		rtt = d
+		restore := b.farRegistry(d)
+		defer restore()
+	}
 	s, err := b.newSubject("toa-push", "shop-ab", []string{"linux/amd64"})
 	if err != nil {
 		return err
@@ -71,8 +85,31 @@ func (b *bench) pairedCodeChanges(before string) error {
 		}
 		loads = append(loads, loadAverage())
 	}
-	b.printPaired(variants, samples, loads)
+	b.printPaired(variants, samples, loads, rtt)
 	return nil
+}
+
+// farRegistry puts a proxy that delays each request by rtt in front of the registry, and has
+// the pushes (b.addr, the base b.debian) go through it until restore.
+func (b *bench) farRegistry(rtt time.Duration) (restore func()) {
+	target := &url.URL{Scheme: "http", Host: b.addr}
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // Distribution writes it into its upload Locations
+	}}
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		time.Sleep(rtt)
+		proxy.ServeHTTP(w, r)
+		b.farLog.add(r.Method+" "+r.URL.Path, start, time.Now())
+	}))
+	addr, debian := b.addr, b.debian
+	b.addr = strings.TrimPrefix(server.URL, "http://")
+	b.debian = strings.Replace(debian, addr, b.addr, 1)
+	return func() {
+		b.addr, b.debian = addr, debian
+		server.Close()
+	}
 }
 
 // abPush pushes the subject's application with one variant's build and records its output, for
@@ -84,18 +121,24 @@ func (b *bench) abPush(s *subject, v abVariant, what string) (sample, error) {
 	}
 	args = append(args, "--path", s.app, "-k", filepath.Join(s.work, "deployment"))
 	fmt.Fprintf(os.Stderr, "bench: paired code change, %s, %s\n", v.key, what)
+	b.farLog.reset()
 	out, err := b.measure(s.app, []string{"TOA_CACHE=" + s.cache}, s.ns+"-"+v.key+"-"+what, args...)
 	if err != nil {
 		return out, err
 	}
+	b.farLog.write(filepath.Join(b.work, s.ns+"-"+v.key+"-"+what+".timeline"))
 	s.prev = s.last
 	s.last, err = parsePush(out.stdout)
 	return out, err
 }
 
-func (b *bench) printPaired(variants []abVariant, samples map[string]series, loads []string) {
+func (b *bench) printPaired(variants []abVariant, samples map[string]series, loads []string, rtt time.Duration) {
 	crane := samples["crane"]
-	fmt.Printf("\n### Item 1, paired: a one-line code change of bench/apps/shop, linux/amd64, %d rounds\n\n", len(crane))
+	far := ""
+	if rtt > 0 {
+		far = fmt.Sprintf(", the registry %s away", rtt)
+	}
+	fmt.Printf("\n### Item 1, paired: a one-line code change of bench/apps/shop, linux/amd64, %d rounds%s\n\n", len(crane), far)
 	fmt.Printf("Load average (1, 5, 15 min) at the start and after each round: %s\n\n", strings.Join(loads, "; "))
 	fmt.Println("| | median | min – max | requests | ÷ crane (paired median) |")
 	fmt.Println("|---|---:|---:|---:|---:|")
@@ -140,3 +183,44 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// farLog is when each request through the far registry's proxy came and was answered.
+type farLog struct {
+	mu    sync.Mutex
+	lines []farRequest
+}
+
+type farRequest struct {
+	what       string
+	start, end time.Time
+}
+
+func (l *farLog) add(what string, start, end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, farRequest{what, start, end})
+}
+
+func (l *farLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = nil
+}
+
+// write writes the requests in the order they came, with their times from the first one's.
+func (l *farLog) write(file string) {
+	l.mu.Lock()
+	lines := append([]farRequest(nil), l.lines...)
+	l.mu.Unlock()
+	if len(lines) == 0 {
+		return
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].start.Before(lines[j].start) })
+	var sb strings.Builder
+	for _, r := range lines {
+		fmt.Fprintf(&sb, "%7.1f %7.1f  %s\n", ms(r.start.Sub(lines[0].start)), ms(r.end.Sub(lines[0].start)), r.what)
+	}
+	_ = os.WriteFile(file, []byte(sb.String()), 0o644)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
