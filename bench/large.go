@@ -151,8 +151,9 @@ func writeLarge(dir, tool string, n, gen int) error {
 type largeRun struct {
 	wall     time.Duration
 	requests int
-	rss      int64 // the largest process's peak (time -v)
-	left     int   // replaced pods still there when it returned
+	rss      int64         // the largest process's peak (time -v)
+	left     int           // replaced pods still there when it returned
+	gone     time.Duration // from its start until the last replaced pod was gone, when some were left
 	ended    time.Time
 	failed   string
 	events   []auditEvent
@@ -167,10 +168,14 @@ func (r largeRun) cell() string {
 	}
 	s := fmt.Sprintf("%s, %d req, %s", secs(r.wall.Seconds()), r.requests, size(float64(r.rss)))
 	if r.left > 0 {
-		s += fmt.Sprintf(", %d replaced pods left", r.left)
+		s += fmt.Sprintf(", %d replaced pods left (all gone at %s)", r.left, secs(r.gone.Seconds()))
 	}
 	return s
 }
+
+// untilGone is the run's time until its replaced pods were gone: the measure of an image
+// change and a rollback (kubectl's rollout status returns while they terminate; toa-apply waits).
+func (r largeRun) untilGone() time.Duration { return max(r.wall, r.gone) }
 
 // largeEnv is what item 10 runs against.
 type largeEnv struct {
@@ -403,7 +408,11 @@ func (b *bench) largeTool(e *largeEnv, tool string, n int) (*largeResult, error)
 		}
 		switch {
 		case pc != nil && err == nil:
-			_, run.left, _ = pc.result(run.ended, 10*time.Minute)
+			var last time.Time
+			last, run.left, _ = pc.result(run.ended, 10*time.Minute)
+			if run.left > 0 {
+				run.gone = last.Sub(run.ended.Add(-run.wall))
+			}
 		case pc != nil:
 			pc.cancel()
 			<-pc.stopped
@@ -536,14 +545,15 @@ func (b *bench) largeReport(sizes []int, tools []string, results map[int]map[str
 			for _, c := range []struct {
 				what     string
 				toa, its largeRun
-			}{{"first apply", r.first, p.first}, {"image change", r.change, p.change}} {
-				ok := c.toa.wall <= c.its.wall
+			}{{"first apply", r.first, p.first}, {"image change, until the replaced pods are gone", r.change, p.change}} {
+				toa, its := c.toa.untilGone().Seconds(), c.its.untilGone().Seconds()
+				ok := toa <= its
 				word := "no slower than"
 				if peer == "helm" {
-					ok, word = c.toa.wall < c.its.wall, "faster than"
+					ok, word = toa < its, "faster than"
 				}
 				fmt.Printf("- %s of 1,000 compositions %s %s: %s against %s (%s): %s.\n", c.what, word, names[peer],
-					secs(c.toa.wall.Seconds()), secs(c.its.wall.Seconds()), ratio(c.toa.wall.Seconds(), c.its.wall.Seconds()), verdict(ok))
+					secs(toa), secs(its), ratio(toa, its), verdict(ok))
 			}
 		}
 		peak := int64(0)
