@@ -3,10 +3,12 @@ package rollout
 import (
 	"slices"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 )
@@ -121,4 +123,79 @@ func TestMarked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProgress: a round checks the targets marked and those whose recheck has come, in the
+// targets' order, and the count of those not done follows each one's turns.
+func TestProgress(t *testing.T) {
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	object := func(name, ready string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"namespace": "ns", "name": name},
+			"status":   map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": ready}}},
+		}}
+		if err := store.Update(u); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	var targets []*target
+	for i, name := range []string{"a", "b", "c"} {
+		object(name, "Unknown")
+		targets = append(targets, &target{ref: Ref{Group: "example.com", Version: "v1", Kind: "Widget", Namespace: "ns", Name: name}, objects: store, order: i})
+	}
+	a, b, c := targets[0], targets[1], targets[2]
+	var told []string
+	opts := WaitOptions{OnStatus: func(s Status) { told = append(told, s.Name) }}
+	p := &progress{undone: len(targets), rechecking: map[*target]bool{}}
+	now := time.Now()
+	if err := p.check(targets, now, opts); err != nil {
+		t.Fatal(err)
+	}
+	if p.undone != 3 || !slices.Equal(told, []string{"a", "b", "c"}) {
+		t.Fatalf("first round: %d undone, told %v; want 3, a b c", p.undone, told)
+	}
+
+	w := &watches{dirty: map[*target]bool{c: true, a: true}}
+	b.recheck, p.rechecking[b] = now.Add(time.Second), true
+	if due := w.due(now, p); !slices.Equal(due, []*target{a, c}) {
+		t.Errorf("due before b's recheck: %v, want a and c", names(due))
+	}
+	w.dirty = map[*target]bool{c: true}
+	if due := w.due(now.Add(time.Second), p); !slices.Equal(due, []*target{b, c}) {
+		t.Errorf("due at b's recheck: %v, want b and c", names(due))
+	}
+	if got := p.earliest(); !got.Equal(b.recheck) {
+		t.Errorf("earliest recheck %v, want b's %v", got, b.recheck)
+	}
+
+	object("a", "True")
+	object("c", "True")
+	if err := p.check([]*target{a, c}, now, opts); err != nil || p.undone != 1 {
+		t.Fatalf("a and c ready: %d undone (%v), want 1", p.undone, err)
+	}
+	if p.rechecking[b] == false || p.earliest().IsZero() {
+		t.Error("b's recheck dropped by a round that did not check b")
+	}
+	object("c", "Unknown")
+	if err := p.check([]*target{c}, now, opts); err != nil || p.undone != 2 {
+		t.Fatalf("c no longer ready: %d undone (%v), want 2", p.undone, err)
+	}
+	object("b", "True")
+	object("c", "True")
+	if err := p.check([]*target{b, c}, now, opts); err != nil || p.undone != 0 {
+		t.Fatalf("all ready: %d undone (%v), want 0", p.undone, err)
+	}
+	if len(p.rechecking) != 0 {
+		t.Errorf("%d targets still to recheck after all are ready", len(p.rechecking))
+	}
+}
+
+func names(targets []*target) []string {
+	var out []string
+	for _, t := range targets {
+		out = append(out, t.ref.Name)
+	}
+	return out
 }
