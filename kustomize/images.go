@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
 	"sigs.k8s.io/kustomize/api/filters/imagetag"
 	"sigs.k8s.io/kustomize/api/konfig"
@@ -34,6 +36,9 @@ type deferred struct {
 	// object to another (renderInParts)
 	resources []string
 	partable  bool
+	// index is the images' index, made once for all parts (sync.OnceValue): each part made
+	// its own, a thousand regular expressions compiled for each of fifteen parts
+	index func() *imageIndex
 }
 
 // imageName is what an images entry's name may hold for the deferral: its only regular
@@ -106,7 +111,8 @@ func deferImages(fs filesys.FileSystem, dir string) (*deferred, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &deferred{path: path, stripped: []byte(stripped), images: k.Images, resources: resources, partable: partable(k)}, true
+	return &deferred{path: path, stripped: []byte(stripped), images: k.Images, resources: resources, partable: partable(k),
+		index: sync.OnceValue(func() *imageIndex { return newImageIndex(k.Images) })}, true
 }
 
 // errNotDeferrable is an object the deferral cannot hold to kustomize's result: Render renders
@@ -129,7 +135,7 @@ var imageFieldSpecs = func() []types.FieldSpec {
 // does (its LegacyFilter, then its Filter, one entry after the other), each to the objects it
 // matches.
 func (d *deferred) applyImages(m resmap.ResMap) error {
-	ix := newImageIndex(d.images)
+	ix := d.index()
 	for _, r := range m.Resources() {
 		for last := -1; ; {
 			values, err := imageValues(&r.RNode)
@@ -203,20 +209,19 @@ func imageValues(node *yaml.RNode) ([]string, error) {
 // (its dots match any one), ending where the image ends or its tag or digest begins, so the
 // entries are looked up by those characters, and only those found are matched.
 type imageIndex struct {
-	patterns []*regexp.Regexp // nil: kustomize cannot compile the name, and matches nothing
-	exact    map[string][]int // names without a dot
-	dotted   map[int]map[int]map[string][]int
+	names  []string
+	exact  map[string][]int // names without a dot
+	dotted map[int]map[int]map[string][]int
 	// dotted: names with a dot, by length, by the length of what follows their last dot, by that
 }
+
+// imageSuffix is what kustomize's pattern lets follow the name: a tag, then a digest.
+var imageSuffix = regexp.MustCompile(`^(:[a-zA-Z0-9_.{}-]*)?(@[a-zA-Z0-9]+([.+_-][a-zA-Z0-9]+)*:[a-zA-Z0-9_.{}-]*)?$`)
 
 func newImageIndex(images []types.Image) *imageIndex {
 	ix := &imageIndex{exact: map[string][]int{}, dotted: map[int]map[int]map[string][]int{}}
 	for i, img := range images {
-		p, err := regexp.Compile("^" + img.Name + "(:[a-zA-Z0-9_.{}-]*)?(@[a-zA-Z0-9]+([.+_-][a-zA-Z0-9]+)*:[a-zA-Z0-9_.{}-]*)?$")
-		if err != nil {
-			p = nil
-		}
-		ix.patterns = append(ix.patterns, p)
+		ix.names = append(ix.names, img.Name)
 		dot := strings.LastIndexByte(img.Name, '.')
 		if dot < 0 {
 			ix.exact[img.Name] = append(ix.exact[img.Name], i)
@@ -236,12 +241,39 @@ func newImageIndex(images []types.Image) *imageIndex {
 	return ix
 }
 
+// matches says whether entry i's name matches image v as kustomize's pattern does ("^" + name +
+// imageSuffix), without compiling a pattern for each entry (a thousand of them were a tenth of a
+// render's collector): a deferred name's only special character is '.' (imageName), so the name
+// takes exactly its length of v, each dot one character but a line end, and the rest is the
+// tag and digest. Where a dot meets a byte of a multi-byte character, which the pattern takes
+// whole, the pattern itself decides.
+func (ix *imageIndex) matches(i int, v string) bool {
+	name := ix.names[i]
+	if len(v) < len(name) {
+		return false
+	}
+	for j := range len(name) {
+		switch {
+		case name[j] != '.':
+			if name[j] != v[j] {
+				return false
+			}
+		case v[j] == '\n':
+			return false
+		case v[j] >= utf8.RuneSelf:
+			p, err := regexp.Compile("^" + name + imageSuffix.String()[1:])
+			return err == nil && p.MatchString(v)
+		}
+	}
+	return imageSuffix.MatchString(v[len(name):])
+}
+
 // next is the first entry after last that matches one of values, -1 when none does.
 func (ix *imageIndex) next(values []string, last int) int {
 	best := -1
 	consider := func(candidates []int, v string) {
 		for _, i := range candidates {
-			if i > last && (best < 0 || i < best) && ix.patterns[i] != nil && ix.patterns[i].MatchString(v) {
+			if i > last && (best < 0 || i < best) && ix.matches(i, v) {
 				best = i
 			}
 		}

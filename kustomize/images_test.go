@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -201,5 +203,25 @@ func TestDeferredImages(t *testing.T) {
 				t.Errorf("deferred images differ from kustomize's:\n--- deferred\n%s\n--- kustomize\n%s", a, b)
 			}
 		})
+	}
+}
+
+// TestImageMatches: an entry's name matches an image exactly where kustomize's pattern ("^" +
+// name + a tag + a digest) does, without a pattern compiled for each entry.
+func TestImageMatches(t *testing.T) {
+	names := []string{"registry.local/shop/a", "busybox", "r.l/x"}
+	ix := newImageIndex([]types.Image{{Name: names[0]}, {Name: names[1]}, {Name: names[2]}})
+	for _, v := range []string{
+		"registry.local/shop/a", "registryxlocal/shop/a", "registry\nlocal/shop/a", "registryélocal/shop/a",
+		"registry.local/shop/a:v1", "registry.local/shop/a@sha256:00aa", "registry.local/shop/a:v1@sha256:00aa",
+		"registry.local/shop/ab", "registry.local/shop/a:v1:v2", "registry.local/shop/a@nothing", "registry.local/shop",
+		"busybox", "busybox:1.36", "busybox:", "busyboxx", "rél/x", "r€l/x", "r.l/x:{tag}",
+	} {
+		for i, name := range names {
+			want := regexp.MustCompile("^" + name + `(:[a-zA-Z0-9_.{}-]*)?(@[a-zA-Z0-9]+([.+_-][a-zA-Z0-9]+)*:[a-zA-Z0-9_.{}-]*)?$`).MatchString(v)
+			if got := ix.matches(i, v); got != want {
+				t.Errorf("%q matches %q: %v, kustomize's pattern says %v", name, v, got, want)
+			}
+		}
 	}
 }
