@@ -65,11 +65,18 @@ func (c Compression) ext() string {
 // compress compresses one member.
 type compress func(dst *bytes.Buffer, src []byte) error
 
+// gzipWriters keeps gzip writers for the members to come: each holds some 800 KiB of the
+// compressor's tables, which a new one allocates and clears, and a push writes a layer for each
+// composition's sources.
+var gzipWriters = sync.Pool{New: func() any {
+	z, _ := gzip.NewWriterLevel(nil, CompressionLevel) // CompressionLevel is a valid level
+	return z
+}}
+
 func gzipMember(dst *bytes.Buffer, src []byte) error {
-	z, err := gzip.NewWriterLevel(dst, CompressionLevel)
-	if err != nil {
-		return err
-	}
+	z := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(z)
+	z.Reset(dst)
 	if _, err := z.Write(src); err != nil {
 		return err
 	}
@@ -109,7 +116,9 @@ type result struct {
 
 func newMemberWriter(w io.Writer, c Compression) *memberWriter {
 	jobs := max(1, runtime.GOMAXPROCS(0))
-	m := &memberWriter{w: w, compress: gzipMember, buf: make([]byte, 0, MemberSize),
+	// buf grows as the first member fills: most layers (a code change's sources) are a few
+	// kilobytes, and a buffer of MemberSize is 4 MiB to allocate and clear
+	m := &memberWriter{w: w, compress: gzipMember,
 		pending: make(chan chan result, jobs), sem: make(chan struct{}, jobs), done: make(chan error, 1)}
 	if c == Zstd {
 		m.compress = zstdMember
@@ -136,7 +145,10 @@ func (m *memberWriter) drain() {
 // send compresses the buffer as a member, in its own goroutine.
 func (m *memberWriter) send() {
 	data := m.buf
-	m.buf = make([]byte, 0, MemberSize)
+	m.buf = nil
+	if !m.closed { // a full member went: the next is likely full too
+		m.buf = make([]byte, 0, MemberSize)
+	}
 	r := make(chan result, 1)
 	m.sem <- struct{}{}
 	m.pending <- r

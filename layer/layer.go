@@ -392,8 +392,8 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 	}
 	defer f.Discard()
 	compressed := &countingHash{Hash: sha256.New()}
-	buffered := bufio.NewWriterSize(io.MultiWriter(f, compressed), 1<<20)
-	z := newMemberWriter(buffered, o.compression)
+	// the members come compressed whole: no buffer between them and the file
+	z := newMemberWriter(io.MultiWriter(f, compressed), o.compression)
 	uncompressed := sha256.New()
 	tw := newTarWriter(io.MultiWriter(z, uncompressed), mtime)
 	if err := fill(tw); err != nil {
@@ -403,9 +403,6 @@ func (o *options) writeLayer(fill func(*tarWriter) error) (*fileLayer, error) {
 		return nil, err
 	}
 	if err := z.Close(); err != nil {
-		return nil, err
-	}
-	if err := buffered.Flush(); err != nil {
 		return nil, fmt.Errorf("write %s: %w", f.Name(), err)
 	}
 	if err := f.Sync(); err != nil {
