@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/kustomize/api/types"
@@ -168,14 +170,24 @@ func fileName(kind string) string {
 
 // marshal writes an object as kubectl prints it, without the fields a typed object cannot leave
 // out (creationTimestamp: null, status, resources: {}).
+// It makes the bytes sigs.k8s.io/yaml's Marshal of the unstructured object made, by a shorter
+// way: encoding/json's map (numbers kept as written) straight into the YAML encoder that
+// sigs.k8s.io/yaml calls, rather than runtime's unstructured converter (whose reflection cache a
+// process of a handful of objects builds for each) and a JSON text that YAML's parser reads back.
 func marshal(obj runtime.Object) ([]byte, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	data, err := json.Marshal(obj)
 	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
 		return nil, err
 	}
 	delete(m, "status") // what the cluster reports, never what is applied
 	prune(m)
-	return sigsyaml.Marshal(m)
+	return yamlv2.Marshal(m)
 }
 
 func prune(m map[string]any) {

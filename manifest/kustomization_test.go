@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,9 +16,16 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/toa-deploy/toa-deploy/internal/app/extension"
 	"github.com/toa-deploy/toa-deploy/internal/app/toa"
@@ -376,4 +384,53 @@ func renderedImage(t *testing.T, d *unstructured.Unstructured) string {
 		t.Fatalf("%s: containers %v", d.GetName(), containers)
 	}
 	return containers[0].(map[string]any)["image"].(string)
+}
+
+// marshal makes the bytes of the longer way it replaced: runtime's unstructured converter, then
+// sigs.k8s.io/yaml's Marshal (JSON text, read back by YAML's parser). Values a YAML reader could
+// take for another type, numbers of every size, quantities and multi-line text.
+func TestMarshalAsTheConverter(t *testing.T) {
+	strs := []string{"yes", "no", "on", "8080", "1e3", "0x1F", "null", "~", "", " lead", "a: b", "- x",
+		"multi\nline\n", "tab\there", "ünïcode ✓", `"quoted"`, "#hash", "3.14", "-0", ".inf"}
+	env := []corev1.EnvVar{}
+	data := map[string]string{}
+	for i, s := range strs {
+		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: s})
+		data[fmt.Sprintf("k%d", i)] = s
+	}
+	replicas := int32(3)
+	deadline := int64(1 << 53)
+	objects := []runtime.Object{
+		&appsv1.Deployment{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: "d", Labels: map[string]string{"x": "true"}},
+			Spec: appsv1.DeploymentSpec{Replicas: &replicas, ProgressDeadlineSeconds: &replicas,
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{ActiveDeadlineSeconds: &deadline,
+					Containers: []corev1.Container{{Name: "c", Image: "r/i:1", Env: env,
+						Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+							corev1.ResourceMemory: resource.MustParse("1.5Gi"), corev1.ResourceCPU: resource.MustParse("250m")}}}}}}}},
+		&corev1.Service{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}, ObjectMeta: metav1.ObjectMeta{Name: "s"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromString("http")},
+				{Port: 443, TargetPort: intstr.FromInt32(8443)}}}},
+		&corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "m"}, Data: data},
+	}
+	for _, obj := range objects {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(m, "status")
+		prune(m)
+		want, err := sigsyaml.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: marshal wrote\n%s\nthe converter's way\n%s", obj.GetObjectKind().GroupVersionKind().Kind, got, want)
+		}
+	}
 }
