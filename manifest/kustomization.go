@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,8 +39,24 @@ const header = "# Written by toa-push"
 // neither is left out) and labelling every object with `toa/context: <contextName>` without
 // touching selectors, which are immutable on a Deployment.
 func Kustomization(objects []Object, images []types.Image, contextName string) (map[string][]byte, error) {
-	files := map[string][]byte{}
-	var written []string // the kinds, a file each
+	files, err := MarshalObjects(objects)
+	if err != nil {
+		return nil, err
+	}
+	return files.Kustomization(images, contextName)
+}
+
+// ObjectFiles are the objects of a kustomization written out, a file per kind, before the
+// images' digests are known: they name images by repository alone, and kustomization.yaml pins
+// them. toa-push marshals them while the images are pushed.
+type ObjectFiles struct {
+	files map[string][]byte
+	kinds []string // a file each, in the order they are applied
+}
+
+// MarshalObjects writes each object as kubectl prints it, into the file of its kind.
+func MarshalObjects(objects []Object) (*ObjectFiles, error) {
+	o := &ObjectFiles{files: map[string][]byte{}}
 	for _, obj := range objects {
 		kind := obj.GetObjectKind().GroupVersionKind().Kind
 		if kind == "" {
@@ -50,20 +67,25 @@ func Kustomization(objects []Object, images []types.Image, contextName string) (
 			return nil, fmt.Errorf("write %s %s: %w", kind, obj.GetName(), err)
 		}
 		name := fileName(kind)
-		if _, seen := files[name]; seen {
-			files[name] = append(append(files[name], "---\n"...), data...)
+		if _, seen := o.files[name]; seen {
+			o.files[name] = append(append(o.files[name], "---\n"...), data...)
 		} else {
-			files[name] = data
-			written = append(written, kind)
+			o.files[name] = data
+			o.kinds = append(o.kinds, kind)
 		}
 	}
-	slices.SortStableFunc(written, func(a, b string) int { return kinds.Stage(a) - kinds.Stage(b) })
+	slices.SortStableFunc(o.kinds, func(a, b string) int { return kinds.Stage(a) - kinds.Stage(b) })
+	return o, nil
+}
 
+// Kustomization returns the objects' files and kustomization.yaml naming them, pinning images
+// and labelling every object with the context (see the function Kustomization). o is unchanged.
+func (o *ObjectFiles) Kustomization(images []types.Image, contextName string) (map[string][]byte, error) {
 	k := types.Kustomization{
 		TypeMeta: types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
 		Labels:   []types.Label{{Pairs: map[string]string{ContextLabel: contextName}, IncludeSelectors: false}},
 	}
-	for _, kind := range written {
+	for _, kind := range o.kinds {
 		k.Resources = append(k.Resources, fileName(kind))
 	}
 	seen := map[string]bool{}
@@ -86,6 +108,7 @@ func Kustomization(objects []Object, images []types.Image, contextName string) (
 	fmt.Fprintf(&b, "%s for the Toa context '%s'. toa-push replaces this folder whole:\n", header, contextName)
 	b.WriteString("# change the application, or overlay this folder from one beside it, rather than edit it.\n")
 	b.Write(data)
+	files := maps.Clone(o.files)
 	files[KustomizationFile] = b.Bytes()
 	return files, nil
 }

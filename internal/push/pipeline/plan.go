@@ -273,15 +273,48 @@ func pins(p *Planned, digests map[string]string) ([]types.Image, error) {
 
 // writeKustomization writes the objects and the images' pins into dir.
 func writeKustomization(p *Planned, dir string, digests map[string]string) error {
+	objects, err := manifest.MarshalObjects(p.Objects)
+	if err != nil {
+		return err
+	}
+	return writeObjects(p, objects, dir, digests)
+}
+
+// writeObjects writes the objects' files, marshalled before, and the images' pins into dir.
+func writeObjects(p *Planned, objects *manifest.ObjectFiles, dir string, digests map[string]string) error {
 	images, err := pins(p, digests)
 	if err != nil {
 		return err
 	}
-	files, err := manifest.Kustomization(p.Objects, images, p.App.Name)
+	files, err := objects.Kustomization(images, p.App.Name)
 	if err != nil {
 		return err
 	}
 	return manifest.WriteKustomization(dir, files)
+}
+
+// marshalled is the objects' files, marshalled in a goroutine of their own.
+type marshalled struct {
+	done    chan struct{}
+	objects *manifest.ObjectFiles
+	err     error
+}
+
+// marshalObjects marshals the objects while the images are pushed: their files name the images
+// by repository alone (kustomization.yaml pins them), and a push is mostly waiting for the
+// registry.
+func marshalObjects(objects []manifest.Object) *marshalled {
+	m := &marshalled{done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.objects, m.err = manifest.MarshalObjects(objects)
+	}()
+	return m
+}
+
+func (m *marshalled) wait() (*manifest.ObjectFiles, error) {
+	<-m.done
+	return m.objects, m.err
 }
 
 // NotWrittenError says why the kustomization was not written: a tag is not known, because a base

@@ -56,6 +56,7 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 	// the bases unpacked for this push stay while it runs, whatever another run prunes
 	p.holds = fsys.NewHolds()
 	defer p.holds.Release()
+	marshalled := marshalObjects(p.Objects)
 	result, err := image.Push(ctx, p.App, p.Plan, image.PushOptions{
 		Registries:  o.registries,
 		Destination: dest,
@@ -69,8 +70,12 @@ func Push(ctx context.Context, path, env string, opts ...Option) (*Report, error
 	if err != nil {
 		return nil, err
 	}
+	objects, err := marshalled.wait()
+	if err != nil {
+		return nil, err
+	}
 	dir := o.kustomizationDir()
-	if err := writeKustomization(p, dir, result.Digests()); err != nil {
+	if err := writeObjects(p, objects, dir, result.Digests()); err != nil {
 		return nil, err
 	}
 	o.log.Debugf("wrote the kustomization to %s", dir)
