@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/kio"
 
 	"github.com/toa-deploy/toa-deploy/internal/fault"
 )
@@ -46,6 +47,17 @@ func TestRenderInParts(t *testing.T) {
 	withPrefix["kustomization.yaml"] += "namePrefix: x-\n"
 	withList := kindsFixture(40)
 	withList["more.yaml"] += "---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: listed-a}}\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: listed-b}}\n"
+	// documents as people write them: JSON, a separator with a comment after it, a comment alone,
+	// CRLF line ends, a file without a last line end, a scalar holding "---" indented
+	odd := kindsFixture(40)
+	odd["more.yaml"] = "# a comment before the first document\n" + odd["more.yaml"] +
+		"---\n{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"json\"}}\n" +
+		"---\n# a document of a comment alone\n" +
+		"--- # a marker's comment\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: block}\ndata:\n  text: |\n    ---\n    not a marker\n" +
+		"---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: crlf}\r\n" +
+		"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: last}"
+	escaped := kindsFixture(40)
+	escaped["more.yaml"] += "---\napiVersion: v1\nkind: \"Lis\\u0074\"\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: listed-a}}\n"
 	twice := compositionsFixture(60)
 	twice["kustomization.yaml"] = strings.Replace(twice["kustomization.yaml"], "resources: [service.yaml, deployment.yaml]",
 		"resources: [service.yaml, deployment.yaml, again.yaml]", 1)
@@ -59,6 +71,8 @@ func TestRenderInParts(t *testing.T) {
 		{"many kinds, files, a local object, common labels", kindsFixture(40), true},
 		{"a name prefix, which name references follow", withPrefix, false},
 		{"a List, whose items kustomize puts at its file's end", withList, false},
+		{"documents as people write them", odd, true},
+		{"a List whose kind is written with an escape", escaped, false},
 		{"an object twice, in two parts", twice, true}, // parted, then refused: rendered whole for kustomize's words
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,5 +141,41 @@ func TestTooFewForParts(t *testing.T) {
 	}
 	if _, err := renderInParts(context.Background(), fs, d, 20); !errors.Is(err, errNotPartable) {
 		t.Fatalf("20 documents in parts of 20: %v, want errNotPartable", err)
+	}
+}
+
+// documents cuts where kustomize cuts, and hasList finds a List however its kind is written.
+func TestDocumentsAndLists(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		docs       int
+		list       bool
+	}{
+		{"plain", "a: 1\n---\nb: 2\n", 2, false},
+		{"a first marker, a comment after one", "---\na: 1\n--- # two\nb: 2\n", 2, false},
+		{"white space between markers", "a: 1\n---\n\n---\nb: 2", 2, false},
+		{"a marker indented in a block scalar", "a: |\n  ---\n  b\n---\nc: 3\n", 2, false},
+		{"a List", "kind: ConfigMap\n---\nkind: List\nitems: []\n", 2, true},
+		// two documents each: kustomize unwraps a List that is its stream's one document
+		{"a List in JSON", "a: 1\n---\n{\"kind\": \"PodList\", \"items\": []}\n", 2, true},
+		{"a List behind an escape", "a: 1\n---\nkind: \"Lis\\u0074\"\nitems: []\n", 2, true},
+		{"a List behind an anchor", "a: 1\n---\na: &k SecretList\nkind: *k\n", 2, true},
+		{"no List", "kind: Deployment\nmetadata: {name: ListOfThings}\n", 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := len(documents([]byte(tc.text))); got != tc.docs {
+				t.Errorf("%d documents, want %d", got, tc.docs)
+			}
+			nodes, err := kio.FromBytes([]byte(tc.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(nodes) != tc.docs {
+				t.Errorf("kustomize reads %d documents, the test says %d", len(nodes), tc.docs)
+			}
+			if list, err := hasList(tc.text); list != tc.list || err != nil {
+				t.Errorf("hasList: %v, %v; want %v", list, err, tc.list)
+			}
+		})
 	}
 }

@@ -11,8 +11,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resource"
@@ -47,23 +49,44 @@ func Render(ctx context.Context, fs filesys.FileSystem, dir string, opts ...Opti
 	return objectsOf(m, dir)
 }
 
-// objectsOf are the rendered objects, in the order they are applied.
+// objectsOf are the rendered objects, in the order they are applied. They are converted on
+// every core: at 1,000 compositions the conversion was a tenth of a render's processor, after
+// the parts.
 func objectsOf(rendered []*resource.Resource, dir string) ([]*unstructured.Unstructured, error) {
-	out := make([]*unstructured.Unstructured, 0, len(rendered))
-	for _, r := range rendered {
-		// through JSON, so that numbers are int64 and float64 as client-go expects them
-		data, err := r.MarshalJSON()
-		if err != nil {
-			return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := obj.UnmarshalJSON(data); err != nil {
-			return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
-		}
-		out = append(out, obj)
+	out := make([]*unstructured.Unstructured, len(rendered))
+	workers := max(1, runtime.GOMAXPROCS(0))
+	var g errgroup.Group
+	for w := range workers {
+		g.Go(func() error {
+			for i := w; i < len(rendered); i += workers {
+				obj, err := objectOf(rendered[i], dir)
+				if err != nil {
+					return err
+				}
+				out[i] = obj
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	Sort(out)
 	return out, nil
+}
+
+// objectOf converts a rendered resource through JSON, so that numbers are int64 and float64 as
+// client-go expects them.
+func objectOf(r *resource.Resource, dir string) (*unstructured.Unstructured, error) {
+	data, err := r.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return nil, fmt.Errorf("render %s: %s: %w", dir, r.CurId(), err)
+	}
+	return obj, nil
 }
 
 // render runs kustomize on dir, with the kustomization's images applied after it where they
