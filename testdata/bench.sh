@@ -8,7 +8,7 @@
 # BENCH_RUNS (default 5) runs of each measurement, BENCH_PUSH_RUNS (default 3) of item 1, BENCH_ITEMS (default 1,2,3,4,5,6,7,8,9,10,11) which ones,
 # BENCH_PEER_MULTI_RUNS (default 1) buildah's runs for linux/amd64 + linux/arm64 (qemu: minutes),
 # BENCH_MARKET_PLATFORMS (default linux/amd64) item 7's platforms (linux/amd64,linux/arm64: tens of minutes),
-# BENCH_LARGE_SIZES (default 100,300,1000) item 10's compositions, BENCH_LARGE_TOOLS (default toa-apply,kubectl,helm) its tools,
+# BENCH_LARGE_SIZES (default 100,300,1000) item 10's compositions, BENCH_LARGE_TOOLS (default toa-apply,kubectl,helm) its tools, BENCH_LARGE_ROUNDS (default 1) how many times, the order turned each round,
 # BENCH_SCALE_SIZES (default 300,1000) item 3's larger applications (no-change push and --plan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
