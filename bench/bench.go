@@ -36,9 +36,9 @@ type bench struct {
 	nodeVersion              string
 	debian                   string // the bench base (all the platforms it has)
 	debianPlatforms          []string
-	npmCache, libcCache      string // warm caches shared by every toa-push run
-	peerArm64                bool   // buildah can RUN for linux/arm64 (qemu-user-static, binfmt_misc)
-	farLog                   farLog // the requests through the far registry of item 1's paired run (pushab.go)
+	npmCache, libcCache      string         // warm caches shared by every toa-push run
+	peerArm64                bool           // buildah can RUN for linux/arm64 (qemu-user-static, binfmt_misc)
+	far                      *harness.Paced // the far registry of item 1's paired run, while it is on (pushab.go)
 }
 
 func newBench(ctx context.Context) (*bench, error) {

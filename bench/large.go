@@ -324,7 +324,7 @@ func (b *bench) large() error {
 	fmt.Printf("Each composition is a Deployment of %d replicas (RollingUpdate, maxSurge 100%%, maxUnavailable 0, terminationGracePeriodSeconds %d), "+
 		"a Service and a ConfigMap, written as toa-push writes them: a file per kind, the context's label and an images entry pinning each "+
 		"composition's image by digest in the kustomization (the chart: the same objects, pinned and labelled in place). "+
-		"Each tool in a namespace of its own, one after the other (the order turns with each size), on the project's control plane "+
+		"Each tool in a namespace of its own, one after the other (the order turns with each size and each round, BENCH_LARGE_ROUNDS), on the project's control plane "+
 		"(kwok node kwok-node-0, %s pods allocatable; the controller manager and scheduler at 1000 requests a second). "+
 		"`toa-apply DIR -n NS`; `KUBECTL_APPLYSET=true kubectl apply --server-side --prune --applyset=large -n NS -f RENDERED` "+
 		"(the kustomization rendered beforehand, not timed: kubectl's server-side apply alone), then "+

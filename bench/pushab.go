@@ -2,17 +2,14 @@ package main
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/toa-deploy/toa-deploy/internal/harness"
 )
 
 // Item 1's code change, paired: with BENCH_PUSH_AB naming another toa-push (an earlier
@@ -89,26 +86,16 @@ func (b *bench) pairedCodeChanges(before string) error {
 	return nil
 }
 
-// farRegistry puts a proxy that delays each request by rtt in front of the registry, and has
-// the pushes (b.addr, the base b.debian) go through it until restore.
+// farRegistry puts a proxy that delays each request by rtt in front of the registry
+// (harness.Far), and has item 1's pushes go through it until restore; it keeps when each
+// request came and was answered (b.far).
 func (b *bench) farRegistry(rtt time.Duration) (restore func()) {
-	target := &url.URL{Scheme: "http", Host: b.addr}
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.Host = r.In.Host // Distribution writes it into its upload Locations
-	}}
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		time.Sleep(rtt)
-		proxy.ServeHTTP(w, r)
-		b.farLog.add(r.Method+" "+r.URL.Path, start, time.Now())
-	}))
+	b.far = harness.PacedProxy(b.t, b.addr, harness.Far(rtt))
 	addr, debian := b.addr, b.debian
-	b.addr = strings.TrimPrefix(server.URL, "http://")
+	b.addr = b.far.Addr
 	b.debian = strings.Replace(debian, addr, b.addr, 1)
 	return func() {
-		b.addr, b.debian = addr, debian
-		server.Close()
+		b.addr, b.debian, b.far = addr, debian, nil
 	}
 }
 
@@ -121,12 +108,16 @@ func (b *bench) abPush(s *subject, v abVariant, what string) (sample, error) {
 	}
 	args = append(args, "--path", s.app, "-k", filepath.Join(s.work, "deployment"))
 	fmt.Fprintf(os.Stderr, "bench: paired code change, %s, %s\n", v.key, what)
-	b.farLog.reset()
+	if b.far != nil {
+		b.far.Reset()
+	}
 	out, err := b.measure(s.app, []string{"TOA_CACHE=" + s.cache}, s.ns+"-"+v.key+"-"+what, args...)
 	if err != nil {
 		return out, err
 	}
-	b.farLog.write(filepath.Join(b.work, s.ns+"-"+v.key+"-"+what+".timeline"))
+	if b.far != nil {
+		writeTimeline(filepath.Join(b.work, s.ns+"-"+v.key+"-"+what+".timeline"), b.far.Requests())
+	}
 	s.prev = s.last
 	s.last, err = parsePush(out.stdout)
 	return out, err
@@ -184,41 +175,15 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// farLog is when each request through the far registry's proxy came and was answered.
-type farLog struct {
-	mu    sync.Mutex
-	lines []farRequest
-}
-
-type farRequest struct {
-	what       string
-	start, end time.Time
-}
-
-func (l *farLog) add(what string, start, end time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, farRequest{what, start, end})
-}
-
-func (l *farLog) reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = nil
-}
-
-// write writes the requests in the order they came, with their times from the first one's.
-func (l *farLog) write(file string) {
-	l.mu.Lock()
-	lines := append([]farRequest(nil), l.lines...)
-	l.mu.Unlock()
-	if len(lines) == 0 {
+// writeTimeline writes the requests in the order they came, with their times from the first
+// one's.
+func writeTimeline(file string, requests []harness.PacedRequest) {
+	if len(requests) == 0 {
 		return
 	}
-	sort.Slice(lines, func(i, j int) bool { return lines[i].start.Before(lines[j].start) })
 	var sb strings.Builder
-	for _, r := range lines {
-		fmt.Fprintf(&sb, "%7.1f %7.1f  %s\n", ms(r.start.Sub(lines[0].start)), ms(r.end.Sub(lines[0].start)), r.what)
+	for _, r := range requests {
+		fmt.Fprintf(&sb, "%7.1f %7.1f  %s %s\n", ms(r.Arrived.Sub(requests[0].Arrived)), ms(r.Answered.Sub(requests[0].Arrived)), r.Method, r.Path)
 	}
 	_ = os.WriteFile(file, []byte(sb.String()), 0o644)
 }

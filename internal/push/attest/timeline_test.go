@@ -3,14 +3,9 @@ package attest_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,69 +13,23 @@ import (
 	"github.com/toa-deploy/toa-deploy/internal/push/attest"
 )
 
-// timedRequest is one request through a roundProxy: when it came, its round, and when its
-// answer was sent.
+// roundPeriod is a round of the proxy's (harness.InRounds): a round trip, however long the
+// registry and the client take within it.
+const roundPeriod = 150 * time.Millisecond
+
+// timedRequest is one request through the proxy, and its round.
 type timedRequest struct {
-	method, path        string
-	start, release, end time.Time
-	round               int
+	harness.PacedRequest
+	round int
 }
 
-// roundProxy stands in front of a registry and lets requests through in rounds, as a registry
-// across a network would answer them a round trip late: each waits for the next tick (every
-// period) and is then passed on, so that requests sent together go in one round, and a request
-// sent once another was answered goes in a later one, however long the registry and the client
-// took within the period. A round is then a round trip, whatever the machine's load, as long as
-// the registry answers and the client sends what follows within the period.
-type roundProxy struct {
-	period   time.Duration
-	mu       sync.Mutex
-	origin   time.Time // the ticks' start
-	requests []timedRequest
-}
-
-// newRoundProxy starts a roundProxy in front of the registry at backend and returns its
-// address.
-func newRoundProxy(t *testing.T, backend string, period time.Duration) (string, *roundProxy) {
-	t.Helper()
-	p := &roundProxy{period: period, origin: time.Now()}
-	target := &url.URL{Scheme: "http", Host: backend}
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.Host = r.In.Host // Distribution writes it into its upload Locations
-	}}
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		p.mu.Lock()
-		round := int(start.Sub(p.origin)/p.period) + 1
-		release := p.origin.Add(time.Duration(round) * p.period)
-		p.mu.Unlock()
-		time.Sleep(time.Until(release))
-		proxy.ServeHTTP(w, r)
-		p.mu.Lock()
-		p.requests = append(p.requests, timedRequest{method: r.Method, path: r.URL.Path, start: start, release: release,
-			end: time.Now(), round: round})
-		p.mu.Unlock()
-	}))
-	t.Cleanup(server.Close)
-	return strings.TrimPrefix(server.URL, "http://"), p
-}
-
-func (p *roundProxy) reset() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.requests = nil
-}
-
-// timeline is the requests recorded since the last reset, in the order they came, their rounds
-// counted from the first one's.
-func (p *roundProxy) timeline() []timedRequest {
-	p.mu.Lock()
-	out := append([]timedRequest(nil), p.requests...)
-	p.mu.Unlock()
-	sort.SliceStable(out, func(i, j int) bool { return out[i].start.Before(out[j].start) })
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i].round -= out[0].round - 1
+// timeline is the requests the proxy answered since its last reset, in the order they came,
+// their rounds counted from the first one's.
+func timeline(p *harness.Paced) []timedRequest {
+	var out []timedRequest
+	requests := p.Requests()
+	for _, r := range requests {
+		out = append(out, timedRequest{r, int(r.Released.Sub(requests[0].Released)/roundPeriod) + 1})
 	}
 	return out
 }
@@ -97,10 +46,10 @@ func rounds(tl []timedRequest) int {
 // overrun are the requests the registry answered late in their round (past three quarters of
 // it): what the client sent next may have gone a round late, and the rounds counted may be more
 // than the round trips made.
-func (p *roundProxy) overrun(tl []timedRequest) []timedRequest {
+func overrun(tl []timedRequest) []timedRequest {
 	var out []timedRequest
 	for _, r := range tl {
-		if r.end.Sub(r.release) > p.period*3/4 {
+		if r.Answered.Sub(r.Released) > roundPeriod*3/4 {
 			out = append(out, r)
 		}
 	}
@@ -108,8 +57,8 @@ func (p *roundProxy) overrun(tl []timedRequest) []timedRequest {
 }
 
 func (r timedRequest) String(origin time.Time) string {
-	return fmt.Sprintf("%2d %6.0f ms %6.0f ms  %-4s %s", r.round, float64(r.start.Sub(origin).Microseconds())/1000,
-		float64(r.end.Sub(origin).Microseconds())/1000, r.method, r.path)
+	return fmt.Sprintf("%2d %6.0f ms %6.0f ms  %-4s %s", r.round, float64(r.Arrived.Sub(origin).Microseconds())/1000,
+		float64(r.Answered.Sub(origin).Microseconds())/1000, r.Method, r.Path)
 }
 
 func logTimeline(t *testing.T, what string, tl []timedRequest) {
@@ -119,7 +68,7 @@ func logTimeline(t *testing.T, what string, tl []timedRequest) {
 	}
 	var b strings.Builder
 	for _, r := range tl {
-		b.WriteString(r.String(tl[0].start) + "\n")
+		b.WriteString(r.String(tl[0].Arrived) + "\n")
 	}
 	t.Logf("%s: %d requests in %d rounds\n%s", what, len(tl), rounds(tl), b.String())
 }
@@ -140,7 +89,8 @@ func changeCode(line string) func(dir string) {
 // image's, and only the tag waits for both, written last.
 func TestCodeChangeRounds(t *testing.T) {
 	backend := harness.Registry(t)
-	addr, proxy := newRoundProxy(t, backend, 150*time.Millisecond)
+	proxy := harness.PacedProxy(t, backend, harness.InRounds(roundPeriod))
+	addr := proxy.Addr
 	harness.PushTestBase(t, addr)
 	// what toa-push attaches by default, with its cache of what each layer holds
 	attach := attest.Attacher(attest.Options{Format: attest.SPDX, Builder: attest.ToaPush(), Context: "sbom",
@@ -148,14 +98,14 @@ func TestCodeChangeRounds(t *testing.T) {
 	pushApp(t, addr, nil, attach)
 	pushApp(t, addr, nil, attach, changeCode("0"))
 
-	proxy.reset()
+	proxy.Reset()
 	pushApp(t, addr, nil, nil, changeCode("1"))
-	bare := proxy.timeline()
+	bare := timeline(proxy)
 	logTimeline(t, "a code change without attachments", bare)
 
-	proxy.reset()
+	proxy.Reset()
 	changed := pushApp(t, addr, nil, attach, changeCode("2"))
-	attached := proxy.timeline()
+	attached := timeline(proxy)
 	logTimeline(t, "a code change with the default attachments", attached)
 
 	img := changed.result.Images[0]
@@ -165,9 +115,9 @@ func TestCodeChangeRounds(t *testing.T) {
 	}
 	tagPath := "/v2/" + strings.TrimPrefix(img.Repository, addr+"/") + "/manifests/" + img.Tag
 	assertTagLast(t, attached, tagPath)
-	if late := append(proxy.overrun(bare), proxy.overrun(attached)...); len(late) > 0 {
+	if late := append(overrun(bare), overrun(attached)...); len(late) > 0 {
 		t.Skipf("the registry answered %d requests late in their round (%s %s first): the rounds are not round trips on a machine this loaded",
-			len(late), late[0].method, late[0].path)
+			len(late), late[0].Method, late[0].Path)
 	}
 	if got, want := rounds(attached), rounds(bare); got > want {
 		t.Errorf("a code change with the default attachments took %d rounds of requests, %d without them", got, want)
@@ -180,7 +130,7 @@ func assertTagLast(t *testing.T, tl []timedRequest, tagPath string) {
 	t.Helper()
 	var tag *timedRequest
 	for i, r := range tl {
-		if r.method == http.MethodPut && r.path == tagPath {
+		if r.Method == http.MethodPut && r.Path == tagPath {
 			if tag != nil {
 				t.Fatalf("the tag %s was written twice", tagPath)
 			}
@@ -191,8 +141,8 @@ func assertTagLast(t *testing.T, tl []timedRequest, tagPath string) {
 		t.Fatalf("the tag %s was not written", tagPath)
 	}
 	for _, r := range tl {
-		if r != *tag && r.end.After(tag.start) {
-			t.Errorf("%s %s was answered after the tag was sent", r.method, r.path)
+		if r != *tag && r.Answered.After(tag.Arrived) {
+			t.Errorf("%s %s was answered after the tag was sent", r.Method, r.Path)
 		}
 	}
 }
