@@ -219,12 +219,18 @@ func (b *bench) collect(wall time.Duration, stdout []byte) sample {
 type series []sample
 
 func (s series) median(f func(sample) float64) float64 {
-	if len(s) == 0 {
-		return 0
-	}
 	v := make([]float64, len(s))
 	for i, x := range s {
 		v[i] = f(x)
+	}
+	return median(v)
+}
+
+// median is the middle of the values (the mean of the two middle ones for an even count), 0 for
+// none; v is sorted.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
 	}
 	sort.Float64s(v)
 	if len(v)%2 == 1 {

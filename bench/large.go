@@ -541,17 +541,13 @@ func (b *bench) largeReport(sizes []int, tools []string, rounds []largeRound) {
 				if len(ratios) == 0 {
 					continue
 				}
-				slices.Sort(ratios)
-				median := ratios[len(ratios)/2]
-				if len(ratios)%2 == 0 {
-					median = (ratios[len(ratios)/2-1] + ratios[len(ratios)/2]) / 2
-				}
-				ok, word := median <= 1, "no slower than"
+				mid := median(ratios)
+				ok, word := mid <= 1, "no slower than"
 				if peer == "helm" {
-					ok, word = median < 1, "faster than"
+					ok, word = mid < 1, "faster than"
 				}
 				fmt.Printf("- %s of 1,000 compositions %s %s: %s; the median ratio %.2f×: %s.\n", c.what, word, names[peer],
-					strings.Join(each, "; "), median, verdict(ok))
+					strings.Join(each, "; "), mid, verdict(ok))
 			}
 		}
 		peak := int64(0)

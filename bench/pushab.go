@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -152,14 +151,7 @@ func pairedRatio(a, b series) float64 {
 	for i := range min(len(a), len(b)) {
 		r = append(r, a[i].wall.Seconds()/b[i].wall.Seconds())
 	}
-	if len(r) == 0 {
-		return 0
-	}
-	sort.Float64s(r)
-	if len(r)%2 == 1 {
-		return r[len(r)/2]
-	}
-	return (r[len(r)/2-1] + r[len(r)/2]) / 2
+	return median(r)
 }
 
 // loadAverage is /proc/loadavg's first three figures.
