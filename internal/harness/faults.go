@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -260,21 +259,14 @@ func (f *Faulty) handle(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// proxy passes a request to the registry as it is now, keeping the Host the client used (the
-// registry writes it into upload Locations, which must come back through the proxy).
+// proxy passes a request to the registry as it is now (registryProxy), through its transport.
 func (f *Faulty) proxy() *httputil.ReverseProxy {
 	f.mu.Lock()
-	target := &url.URL{Scheme: "http", Host: f.backend}
-	upstream := f.upstream
+	backend, upstream := f.backend, f.upstream
 	f.mu.Unlock()
-	return &httputil.ReverseProxy{
-		Transport: upstream,
-		ErrorLog:  quiet,
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(target)
-			r.Out.Host = r.In.Host
-		},
-	}
+	p := registryProxy(backend)
+	p.Transport, p.ErrorLog = upstream, quiet
+	return p
 }
 
 // partial sends the registry's answer up to fault.After bytes of its body, then cuts the

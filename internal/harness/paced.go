@@ -3,8 +3,6 @@ package harness
 import (
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -53,11 +51,7 @@ func InRounds(period time.Duration) Pace {
 func PacedProxy(t testing.TB, backend string, pace Pace) *Paced {
 	t.Helper()
 	p := &Paced{pace: pace}
-	target := &url.URL{Scheme: "http", Host: backend}
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.Host = r.In.Host // Distribution writes it into its upload Locations
-	}}
+	proxy := registryProxy(backend)
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		released := p.pace(arrived)

@@ -224,21 +224,24 @@ func registryLogTail(path string, n int64) string {
 func RegistryWithLog(t testing.TB) (string, *Recorder) {
 	t.Helper()
 	backend := Registry(t)
-	target := &url.URL{Scheme: "http", Host: backend}
 	rec := &Recorder{}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(target)
-			// Keep the Host the client used: Distribution writes it into the upload
-			// Locations it returns, and the client must come back through the proxy.
-			r.Out.Host = r.In.Host
-		},
-	}
+	proxy := registryProxy(backend)
 	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		rec.serve(proxy, w, req)
 	}))
 	t.Cleanup(server.Close)
 	return strings.TrimPrefix(server.URL, "http://"), rec
+}
+
+// registryProxy passes requests to the registry at backend ("127.0.0.1:PORT"), keeping the Host
+// the client used: Distribution writes it into the upload Locations it returns, and the client
+// must come back through the proxy.
+func registryProxy(backend string) *httputil.ReverseProxy {
+	target := &url.URL{Scheme: "http", Host: backend}
+	return &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host
+	}}
 }
 
 // Request is one request a Recorder saw, with the status of its response.
